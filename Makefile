@@ -1,0 +1,27 @@
+# The two commands a newcomer needs: `make preview` and `make test`.
+SHELL := /bin/bash
+export PATH := $(CURDIR)/.tools/bin:$(PATH)
+
+.PHONY: setup preview test lint bench fuzz clean
+
+setup:
+	@hack/setup.sh
+
+## Full local preview of every example: no cluster needed.
+preview: setup
+	@.venv/bin/plnt render --tree --all examples
+
+## Lint and the whole test suite, with the real Crossplane CLI.
+test: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/pytest -n 2 -q
+
+bench: setup
+	.venv/bin/plnt bench
+
+fuzz: setup
+	PLNT_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q -m fuzz tests/fuzz
+
+clean:
+	rm -rf .venv .tools

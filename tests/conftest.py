@@ -1,0 +1,20 @@
+"""Shared fixtures: paths, the real Crossplane CLI, and function servers on loopback."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+SHARED_CRDS = REPO.parent / "shared" / "crds"
+CRANK = REPO / ".tools" / "bin" / "crank"
+
+
+@pytest.fixture(scope="session")
+def crank() -> pathlib.Path:
+    """The real Crossplane CLI; `make test` builds it, so its absence is a failure, never a skip."""
+    if not CRANK.is_file():
+        pytest.fail(f"{CRANK} is missing: run `make test` (hack/setup.sh builds it)")
+    return CRANK
