@@ -21,7 +21,7 @@ bench: setup
 	.venv/bin/plnt bench
 
 fuzz: setup
-	PLNT_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q -m fuzz tests/fuzz
+	PLNT_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q tests/fuzz tests/cel
 
 clean:
 	rm -rf .venv .tools

@@ -53,12 +53,21 @@ class Rendered:
     composed: list[dict[str, Any]]
     results: list[dict[str, Any]]
     context: dict[str, Any]
+    input_xr: dict[str, Any] = dataclasses.field(default_factory=dict)
     children: list[Rendered] = dataclasses.field(default_factory=list)
+
+    def full_xr(self) -> dict[str, Any]:
+        """The XR as the API server would hold it: input spec and metadata, rendered status."""
+        return {**copy.deepcopy(self.input_xr), "status": self.xr.get("status", {})}
+
+    def tree(self) -> Iterator[Rendered]:
+        yield self
+        for child in self.children:
+            yield from child.tree()
 
     def stream(self, with_results: bool = False) -> Iterator[dict[str, Any]]:
         yield self.xr
-        for obj in self.composed:
-            yield obj
+        yield from self.composed
         if with_results:
             yield from self.results
         for child in self.children:
@@ -162,7 +171,9 @@ def run_pipeline(
     observed: list[dict[str, Any]],
     required: list[dict[str, Any]],
     context: dict[str, Any] | None = None,
+    trace: list[tuple[str, fnv1.RunFunctionRequest]] | None = None,
 ) -> tuple[fnv1.State, list[tuple[str, fnv1.Result]], list[fnv1.Condition], dict[str, Any]]:
+    """Runs every step; ``trace`` collects (function name, final request) for benchmarks."""
     observed_state = fnv1.State(composite=fnv1.Resource(resource=_struct(xr)))
     for obj in observed:
         name = (obj.get("metadata", {}).get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME)
@@ -184,7 +195,9 @@ def run_pipeline(
             elif sel.get("matchLabels"):
                 bootstrap.match_labels.labels.update(sel["matchLabels"])
             req.required_resources[sel["requirementName"]].CopyFrom(_fetch(required, bootstrap))
-        rsp = _run_with_requirements(run, req, required, step["step"])
+        rsp, final_req = _run_with_requirements(run, req, required, step["step"])
+        if trace is not None:
+            trace.append((step["functionRef"]["name"], final_req))
         for res in rsp.results:
             if res.severity == fnv1.SEVERITY_FATAL:
                 raise PipelineError(
@@ -202,15 +215,15 @@ def _run_with_requirements(
     req: fnv1.RunFunctionRequest,
     required: list[dict[str, Any]],
     step: str,
-) -> fnv1.RunFunctionResponse:
+) -> tuple[fnv1.RunFunctionResponse, fnv1.RunFunctionRequest]:
     previous = None
     for _ in range(MAX_REQUIREMENT_ITERATIONS):
         rsp = runtime.call_sync(run, req, step)
         wanted = rsp.requirements.resources
         if previous is not None and dict(wanted) == previous:
-            return rsp
+            return rsp, req
         if not wanted:
-            return rsp
+            return rsp, req
         previous = dict(wanted)
         req = copy.deepcopy(req)
         req.required_resources.clear()
@@ -243,7 +256,13 @@ def _composed_metadata(obj: dict[str, Any], xr: dict[str, Any], name: str) -> di
     }
     refs = [r for r in meta.get("ownerReferences") or [] if not r.get("controller")]
     meta["ownerReferences"] = [*refs, owner]
-    return obj
+    return kubernetes_order(obj)
+
+
+def kubernetes_order(obj: dict[str, Any]) -> dict[str, Any]:
+    """apiVersion, kind, metadata, spec first: the order people read manifests in."""
+    head = ("apiVersion", "kind", "metadata", "spec")
+    return {k: obj[k] for k in head if k in obj} | {k: v for k, v in obj.items() if k not in head}
 
 
 def _condition(c: fnv1.Condition) -> dict[str, Any]:
@@ -282,7 +301,9 @@ def render(
     context: dict[str, Any] | None = None,
 ) -> Rendered:
     catalogue = catalogue if catalogue is not None else compositions()
-    return _render_xr(scenario.xr, scenario.observed, scenario.required, catalogue, tree, context)
+    return _render_xr(
+        scenario.xr, scenario.observed, scenario.required, catalogue, tree=tree, context=context
+    )
 
 
 def _owned_by(obj: dict[str, Any], xr: dict[str, Any]) -> bool:
@@ -293,7 +314,9 @@ def _owned_by(obj: dict[str, Any], xr: dict[str, Any]) -> bool:
 
 
 def _has_controller(obj: dict[str, Any]) -> bool:
-    return any(r.get("controller") for r in (obj.get("metadata") or {}).get("ownerReferences") or [])
+    return any(
+        r.get("controller") for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+    )
 
 
 def _render_xr(
@@ -301,6 +324,7 @@ def _render_xr(
     all_observed: list[dict[str, Any]],
     required: list[dict[str, Any]],
     catalogue: dict[tuple[str, str], dict],
+    *,
     tree: bool,
     context: dict[str, Any] | None,
     top: bool = True,
@@ -308,10 +332,10 @@ def _render_xr(
     key = (xr["apiVersion"], xr["kind"])
     composition = catalogue.get(key)
     if composition is None:
-        raise ScenarioError(f"no Composition in compositions/ composes {xr['kind']} ({xr['apiVersion']})")
-    observed = [
-        o for o in all_observed if _owned_by(o, xr) or (top and not _has_controller(o))
-    ]
+        raise ScenarioError(
+            f"no Composition in compositions/ composes {xr['kind']} ({xr['apiVersion']})"
+        )
+    observed = [o for o in all_observed if _owned_by(o, xr) or (top and not _has_controller(o))]
     desired, results, conditions, ctx = run_pipeline(composition, xr, observed, required, context)
     observed_by_name = {
         (o["metadata"].get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME): o
@@ -340,9 +364,7 @@ def _render_xr(
     if xr["metadata"].get("namespace"):
         meta["namespace"] = xr["metadata"]["namespace"]
     out_xr["metadata"] = meta
-    out_xr = {"apiVersion": out_xr["apiVersion"], "kind": out_xr["kind"], "metadata": meta} | {
-        k: v for k, v in out_xr.items() if k not in ("apiVersion", "kind", "metadata")
-    }
+    out_xr = kubernetes_order(out_xr)
     ready = {"type": "Ready", "status": "True", "reason": "Available"}
     if desired.composite.ready == fnv1.READY_FALSE:
         ready = {"type": "Ready", "status": "False", "reason": "Creating"}
@@ -377,6 +399,7 @@ def _render_xr(
             for step, r in results
         ],
         context=ctx,
+        input_xr=xr,
     )
     if tree:
         for obj in composed:
@@ -384,7 +407,9 @@ def _render_xr(
                 continue
             child = _as_child_xr(obj, observed_by_name)
             rendered.children.append(
-                _render_xr(child, all_observed, required, catalogue, tree, None, top=False)
+                _render_xr(
+                    child, all_observed, required, catalogue, tree=tree, context=None, top=False
+                )
             )
     return rendered
 

@@ -22,8 +22,15 @@ def test_configuration_package_builds(crank: pathlib.Path, tmp_path: pathlib.Pat
     shutil.copytree(REPO / "compositions", root / "compositions")
     out = tmp_path / "plnt.xpkg"
     proc = crossplane_cli.run(
-        crank, "xpkg", "build", "--package-root", str(root), "--examples-root",
-        str(REPO / "examples"), "--package-file", str(out),
+        crank,
+        "xpkg",
+        "build",
+        "--package-root",
+        str(root),
+        "--examples-root",
+        str(REPO / "examples"),
+        "--package-file",
+        str(out),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert out.stat().st_size > 0

@@ -19,7 +19,9 @@ EXPECT = "plnt.work/expect-error"
 def test_xrds_are_valid(crank: pathlib.Path, tmp_path: pathlib.Path) -> None:
     xrds = crossplane_cli.xrd_files()
     assert xrds, "no XRDs under apis/"
-    proc = crossplane_cli.validate(crank, xrds, [yaml.safe_load(x.read_text()) for x in xrds], tmp_path)
+    proc = crossplane_cli.validate(
+        crank, xrds, [yaml.safe_load(x.read_text()) for x in xrds], tmp_path
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(xrds)} success cases" in proc.stdout
 
@@ -36,9 +38,13 @@ def test_example_inputs_validate(crank: pathlib.Path, tmp_path: pathlib.Path) ->
 
 
 @pytest.mark.parametrize("folder", SCENARIOS, ids=[str(s.relative_to(REPO)) for s in SCENARIOS])
-def test_rendered_tree_validates(folder: pathlib.Path, crank: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_rendered_tree_validates(
+    folder: pathlib.Path, crank: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     out = render.render(render.load_scenario(folder), tree=True)
-    objs = list(out.stream())
+    objs = []
+    for node in out.tree():
+        objs += [node.full_xr(), *node.composed]
     objs += crossplane_cli.embedded_manifests(objs)
     extensions = crossplane_cli.xrd_files() + crossplane_cli.third_party_crds()
     proc = crossplane_cli.validate(crank, extensions, objs, tmp_path)
@@ -55,7 +61,9 @@ def _xrd_for(xr: dict) -> pathlib.Path:
     raise AssertionError(f"no XRD for {xr['kind']}")
 
 
-@pytest.mark.parametrize("path", INVALID, ids=[str(p.relative_to(REPO / "tests/invalid")) for p in INVALID])
+@pytest.mark.parametrize(
+    "path", INVALID, ids=[str(p.relative_to(REPO / "tests/invalid")) for p in INVALID]
+)
 def test_invalid_xr_is_rejected_by_crossplane_and_the_function(
     path: pathlib.Path, crank: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:

@@ -1,0 +1,89 @@
+"""CoreWeaveCluster spec (infrastructure.modelplane.ai/v1alpha1), as its XRD states it.
+
+Every bound, default, enum and pattern of the XRD is repeated here, and the XRD's CEL rules
+are the model validators below, so input Crossplane would have refused still fails with the
+same field path if it reaches the function (for example through `crossplane render`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from plnt.xp import InvalidInput
+
+POOL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+KUBERNETES_VERSION_PATTERN = r"^[0-9]+\.[0-9]+$"
+DEFAULT_KUBERNETES_VERSION = "1.37"
+MAX_POOLS = 8
+MAX_NODES = 1000
+
+NodeCount = Annotated[int, Field(ge=0, le=MAX_NODES)]
+
+
+class _Model(BaseModel):
+    # strict: "2" is not a node count and 1.5 is not an integer, as the XRD sees it
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
+
+
+class Credentials(_Model):
+    name: str = Field("default", min_length=1, max_length=253)
+    type: Literal["ProviderConfig", "ClusterProviderConfig"] = "ClusterProviderConfig"
+
+
+class Gpu(_Model):
+    accelerator_type: str = Field(alias="acceleratorType", min_length=1, max_length=63)
+
+
+class NodePool(_Model):
+    name: str = Field(min_length=1, max_length=40, pattern=POOL_NAME_PATTERN)
+    role: Literal["GPU", "CPU"]
+    instance_type: str = Field(alias="instanceType", min_length=1, max_length=63)
+    gpu: Gpu | None = None
+    node_count: NodeCount = Field(1, alias="nodeCount")
+    min_node_count: NodeCount | None = Field(None, alias="minNodeCount")
+    max_node_count: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = Field(
+        None, alias="maxNodeCount"
+    )
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.max_node_count is not None
+
+
+class CoreWeaveClusterSpec(_Model):
+    credentials: Credentials = Field(default_factory=Credentials)
+    kubernetes_version: str = Field(
+        DEFAULT_KUBERNETES_VERSION,
+        alias="kubernetesVersion",
+        pattern=KUBERNETES_VERSION_PATTERN,
+    )
+    zone: str = Field(min_length=1, max_length=32)
+    node_pools: list[NodePool] = Field(alias="nodePools", min_length=1, max_length=MAX_POOLS)
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> CoreWeaveClusterSpec:
+        """The XRD's x-kubernetes-validations, raised with the path of the offending field."""
+        seen: set[str] = set()
+        for i, pool in enumerate(self.node_pools):
+            at = f"spec.nodePools[{i}]"
+            if pool.role == "GPU" and pool.gpu is None:
+                raise InvalidInput(f"{at}.gpu", "gpu is required when role is GPU")
+            if pool.min_node_count is not None and pool.max_node_count is None:
+                raise InvalidInput(f"{at}.minNodeCount", "minNodeCount requires maxNodeCount")
+            if pool.max_node_count is not None:
+                if pool.min_node_count is not None and pool.min_node_count > pool.max_node_count:
+                    raise InvalidInput(
+                        f"{at}.minNodeCount", "minNodeCount must not exceed maxNodeCount"
+                    )
+                if pool.node_count > pool.max_node_count:
+                    raise InvalidInput(
+                        f"{at}.nodeCount",
+                        "nodeCount (the initial count of an autoscaled pool) must not exceed "
+                        "maxNodeCount",
+                    )
+            if pool.name in seen:
+                raise InvalidInput(f"{at}.name", f"node pool names must be unique: {pool.name!r}")
+            seen.add(pool.name)
+        return self

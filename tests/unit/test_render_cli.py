@@ -1,0 +1,103 @@
+"""`plnt render`: bad input exits 2 with one line naming the file; the pipeline mechanics."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from plnt import render, xp
+
+PLNT = pathlib.Path(sys.executable).parent / "plnt"
+
+
+def plnt_render(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(PLNT), "render", *args], capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize(
+    ("setup", "needle"),
+    [
+        ("missing", "no xr.yaml"),
+        ("invalid-yaml", "invalid YAML"),
+        ("unknown-kind", "no Composition in compositions/ composes Gizmo"),
+        ("not-an-object", "every document must be a Kubernetes object"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_file(tmp_path: pathlib.Path, setup: str, needle: str) -> None:
+    folder = tmp_path / setup
+    folder.mkdir()
+    xr = folder / "xr.yaml"
+    if setup == "invalid-yaml":
+        xr.write_text("apiVersion: v1\nkind: [unclosed\n")
+    elif setup == "unknown-kind":
+        xr.write_text("apiVersion: example.org/v1\nkind: Gizmo\nmetadata: {name: g}\n")
+    elif setup == "not-an-object":
+        xr.write_text("- just\n- a list\n")
+    proc = plnt_render(str(folder))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0]
+    if setup != "unknown-kind":
+        assert str(xr) in lines[0]
+
+
+def test_requirements_are_answered_until_stable() -> None:
+    """A step is re-run with what it asked for, as Crossplane's FetchingFunctionRunner does."""
+    calls: list[set[str]] = []
+
+    def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        rsp = xp.respond(req)
+        calls.append(set(req.required_resources))
+        classes = xp.require(req, rsp, "classes", "modelplane.ai/v1alpha1", "InferenceClass")
+        if classes is None:
+            return rsp
+        names = [c["metadata"]["name"] for c in classes]
+        # A second-level requirement, only known once the first is answered.
+        xp.require(
+            req, rsp, "first", "v1", "Secret", match_name=f"{names[0]}-secret", namespace="ns"
+        )
+        xp.set_status(rsp, {"classes": names})
+        return rsp
+
+    required = [
+        {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass", "metadata": {"name": n}}
+        for n in ("b", "a")
+    ] + [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b-secret", "namespace": "ns"}}
+    ]
+    req = fnv1.RunFunctionRequest()
+    rsp, final = render._run_with_requirements(run, req, required, "step")
+    assert set(final.required_resources) == {"classes", "first"}
+    assert calls == [set(), {"classes"}, {"classes", "first"}]
+    assert xp.to_dict(rsp.desired.composite.resource)["status"]["classes"] == ["b", "a"]
+
+
+def test_composed_metadata_matches_crossplane() -> None:
+    xr = {
+        "apiVersion": "x.io/v1",
+        "kind": "X",
+        "metadata": {"name": "top", "namespace": "ns", "uid": "u1"},
+    }
+    obj = render._composed_metadata({"apiVersion": "v1", "kind": "ConfigMap"}, xr, "cm")
+    assert obj["metadata"] == {
+        "generateName": "top-",
+        "namespace": "ns",
+        "annotations": {xp.COMPOSITION_RESOURCE_NAME: "cm"},
+        "labels": {render.COMPOSITE_LABEL: "top"},
+        "ownerReferences": [
+            {
+                "apiVersion": "x.io/v1",
+                "kind": "X",
+                "name": "top",
+                "uid": "u1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }

@@ -1,0 +1,83 @@
+"""The function runtime: names, Fatal results instead of exceptions, and real gRPC serving."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import grpc
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+
+from plnt import procs, runtime, xp
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [
+        ("plnt-function-model-replica", "model_replica"),
+        ("function-model-replica", "model_replica"),
+        ("model-replica", "model_replica"),
+    ],
+)
+def test_module_name(name: str, module: str) -> None:
+    assert runtime.module_name(name) == module
+
+
+def test_unknown_function_lists_known_ones() -> None:
+    with pytest.raises(runtime.UnknownFunction, match="unknown function 'function-nope'"):
+        runtime.load("function-nope")
+
+
+def test_invalid_input_and_bugs_become_fatal_results() -> None:
+    def invalid(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        raise xp.InvalidInput("spec.nodePools[0].gpu", "required when role is GPU")
+
+    def buggy(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        raise KeyError("token-abc123")
+
+    req = fnv1.RunFunctionRequest(meta=fnv1.RequestMeta(tag="t1"))
+    rsp = runtime.call_sync(invalid, req, "function-x")
+    assert rsp.meta.tag == "t1"
+    assert [(r.severity, r.message) for r in rsp.results] == [
+        (fnv1.SEVERITY_FATAL, "invalid input: spec.nodePools[0].gpu: required when role is GPU")
+    ]
+    rsp = runtime.call_sync(buggy, req, "function-x")
+    assert rsp.results[0].severity == fnv1.SEVERITY_FATAL
+    assert "internal error (KeyError)" in rsp.results[0].message
+    assert "token-abc123" not in rsp.results[0].message
+
+
+def test_plnt_function_serves_grpc_as_crossplane_calls_it(tmp_path: pathlib.Path) -> None:
+    names = runtime.function_names()
+    assert names, "no functions under functions/"
+    address = f"127.0.0.1:{procs.free_port()}"
+    plnt = pathlib.Path(sys.executable).parent / "plnt"
+    proc = subprocess.Popen([str(plnt), "function", names[0], "--insecure", "--address", address])
+    try:
+        procs.wait_ready(address, proc)
+        with grpc.insecure_channel(address) as channel:
+            stub = grpcv1.FunctionRunnerServiceStub(channel)
+            rsp = stub.RunFunction(
+                fnv1.RunFunctionRequest(meta=fnv1.RequestMeta(tag="abc")), timeout=10
+            )
+        assert rsp.meta.tag == "abc"
+        # An empty request is not valid input for any function: it says so, it does not crash.
+        assert rsp.results and rsp.results[0].severity == fnv1.SEVERITY_FATAL
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_plnt_function_requires_a_transport_choice() -> None:
+    plnt = pathlib.Path(sys.executable).parent / "plnt"
+    proc = subprocess.run(
+        [str(plnt), "function", "function-nope", "--insecure"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "unknown function" in proc.stderr
