@@ -12,12 +12,27 @@ WORKLOADS_READY = "WorkloadsReady"  # every engine's copies are available
 REPLICAS_SCHEDULED = "ReplicasScheduled"
 REPLICAS_READY = "ReplicasReady"
 VALID = "Valid"
+CANARY = "Canary"  # a canary revision: awaiting the gate, promoted, rolled back
+REACHABLE = "Reachable"  # ModelEndpoint: whether the URL answers (not probed by the function)
+ROUTED = "Routed"  # ModelService: the HTTPRoute sends traffic to at least one endpoint
+SERVING = "Serving"  # WorkflowRun: its phase, as a condition (True when Ready)
+USABLE = "Usable"  # an InferenceClass can be used by clusters and the scheduler
+STACK_READY = "StackReady"  # an InferenceCluster's serving stack and gateway are up
+CANARY_GATE = "CanaryGate"  # the latency gate's verdict on a canary revision
 
 # reasons
 AVAILABLE = "Available"
 WAITING = "Waiting"
 MISSING_DEPENDENCY = "MissingDependency"
 INVALID_SPEC = "InvalidSpec"
+PULLING_WEIGHTS = "PullingWeights"  # ReplicasReady reason while an init step stages weights
+NOT_PROBED = "NotProbed"
+NO_ENDPOINTS = "NoEndpoints"
+PASSED = "Passed"  # CanaryGate
+FAILED = "Failed"  # CanaryGate
+MEASURING = "Measuring"  # CanaryGate
+WAITING_FOR_CANARY = "WaitingForCanary"  # CanaryGate
+NO_CANARY = "NoCanary"  # CanaryGate: no canary revision awaits a verdict
 
 
 def waiting(typ: str, message: str, reason: str = WAITING) -> Condition:

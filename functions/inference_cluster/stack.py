@@ -1,0 +1,246 @@
+"""The serving stack an InferenceCluster installs on its cluster, as a table, and its builders.
+
+Every component is a provider-helm Release with a pinned chart version, except two things no
+chart ships: the Gateway API Inference Extension's InferencePool CRD (upstream publishes it
+only as plain YAML, so it is a provider-kubernetes Object holding the CRD, vendored in
+``inferencepool_crd.py``) and the cluster Gateway itself (an Object holding a
+gateway.networking.k8s.io/v1 Gateway, in a Namespace Object of its own).
+
+Gateway implementation: kgateway. It is an Envoy-based Gateway API implementation that
+conforms to the Inference Extension (HTTPRoutes may point at InferencePools, with the
+endpoint picker called over ext_proc) and installs from two OCI charts with a single value
+(``inferenceExtension.enabled``) to turn the extension on. The Gateway API CRDs come from
+Envoy Gateway's ``gateway-crds-helm`` chart with only the upstream standard-channel Gateway
+API CRDs switched on, because Gateway API itself publishes no chart.
+
+Order: ``needs`` names what must be observed Ready before a component is composed at all, so
+a controller never starts without its CRDs and the Gateway never precedes its controller.
+Components that need only the cluster are composed from the start: provider-helm and
+provider-kubernetes retry until the ProviderConfig's kubeconfig works, and composing them
+early lets a preview (and an operator) see the whole plan.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+from functions.inference_cluster import inferencepool_crd as vendored_crd
+from plnt import labels
+
+HELM_API = "helm.m.crossplane.io/v1beta1"
+KUBERNETES_API = "kubernetes.m.crossplane.io/v1alpha1"
+EXTERNAL_NAME = "crossplane.io/external-name"
+
+GATEWAY_NAME = "plnt-inference"
+GATEWAY_NAMESPACE = "plnt-system"
+GATEWAY_CLASS = "kgateway"
+GATEWAY_PORT = 80
+
+
+@dataclasses.dataclass(frozen=True)
+class Chart:
+    """One Helm chart install on the workload cluster."""
+
+    chart: str
+    repository: str
+    version: str
+    namespace: str  # on the workload cluster
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    needs: tuple[str, ...] = ()
+    gpu_only: bool = False  # installed only when a pool's class claims NVIDIA GPUs through DRA
+    release: str = ""  # the Helm release name on the workload cluster; default: the component
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """One object on the workload cluster, through a provider-kubernetes Object."""
+
+    load: str  # builder name in MANIFESTS
+    ready_query: str
+    needs: tuple[str, ...] = ()
+
+
+STACK: dict[str, Chart | Manifest] = {
+    "gateway-api-crds": Chart(
+        chart="gateway-crds-helm",
+        repository="oci://docker.io/envoyproxy",
+        version="v1.5.0",
+        namespace="kgateway-system",
+        values={
+            "crds": {
+                "gatewayAPI": {"enabled": True, "channel": "standard"},
+                "envoyGateway": {"enabled": False},
+            }
+        },
+    ),
+    "inference-extension-crds": Manifest(
+        load="inferencepool_crd",
+        ready_query=(
+            'object.status.conditions.exists(c, c.type == "Established" && c.status == "True")'
+        ),
+    ),
+    "kgateway-crds": Chart(
+        chart="kgateway-crds",
+        repository="oci://cr.kgateway.dev/kgateway-dev/charts",
+        version="v2.0.4",
+        namespace="kgateway-system",
+    ),
+    "kgateway": Chart(
+        chart="kgateway",
+        repository="oci://cr.kgateway.dev/kgateway-dev/charts",
+        version="v2.0.4",
+        namespace="kgateway-system",
+        values={"inferenceExtension": {"enabled": True}},
+        needs=("gateway-api-crds", "inference-extension-crds", "kgateway-crds"),
+    ),
+    "leaderworkerset": Chart(
+        chart="lws",
+        repository="oci://registry.k8s.io/lws/charts",
+        version="0.8.0",
+        namespace="lws-system",
+        release="lws",
+    ),
+    "nvidia-dra-driver-gpu": Chart(
+        chart="nvidia-dra-driver-gpu",
+        repository="https://helm.ngc.nvidia.com/nvidia",
+        version="25.12.0",
+        namespace="nvidia-dra-driver-gpu",
+        # GPUs only (DeviceClass gpu.nvidia.com); the node's driver is installed on the host.
+        # The override acknowledges GPU allocation's preview status in the chart's values.
+        values={
+            "nvidiaDriverRoot": "/",
+            "gpuResourcesEnabledOverride": True,
+            "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+        },
+        gpu_only=True,
+    ),
+    "gateway-namespace": Manifest(
+        load="gateway_namespace",
+        ready_query='object.status.phase == "Active"',
+    ),
+    "gateway": Manifest(
+        load="gateway",
+        ready_query=(
+            'object.status.conditions.exists(c, c.type == "Programmed" && c.status == "True")'
+            " && has(object.status.addresses) && size(object.status.addresses) > 0"
+        ),
+        needs=("kgateway", "gateway-namespace"),
+    ),
+}
+
+
+def components(with_gpu: bool) -> list[str]:
+    """The stack's component names for this cluster, in table order."""
+    return [name for name, c in STACK.items() if with_gpu or not getattr(c, "gpu_only", False)]
+
+
+def resource_name(component: str) -> str:
+    """Composition resource name of a stack component."""
+    kind = "release" if isinstance(STACK[component], Chart) else "object"
+    return f"{kind}-{component}"
+
+
+# --- builders -------------------------------------------------------------------------
+
+
+def release(cluster: str, namespace: str, component: str) -> dict[str, Any]:
+    """A provider-helm Release installing one pinned chart on the cluster."""
+    chart = STACK[component]
+    assert isinstance(chart, Chart)
+    for_provider: dict[str, Any] = {
+        "chart": {"name": chart.chart, "repository": chart.repository, "version": chart.version},
+        "namespace": chart.namespace,
+    }
+    if chart.values:
+        for_provider["values"] = copy.deepcopy(chart.values)
+    return {
+        "apiVersion": HELM_API,
+        "kind": "Release",
+        "metadata": {
+            "name": f"{cluster}-{component}",
+            "namespace": namespace,
+            "labels": {labels.INFERENCE_CLUSTER: cluster},
+            # provider-helm names the Helm release after the external name: on the workload
+            # cluster the release is plainly "lws", "kgateway", ... as the charts expect.
+            "annotations": {EXTERNAL_NAME: chart.release or component},
+        },
+        "spec": {
+            "forProvider": for_provider,
+            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": cluster},
+        },
+    }
+
+
+def manifest_object(cluster: str, namespace: str, component: str) -> dict[str, Any]:
+    """A provider-kubernetes Object holding one manifest, Ready when its CEL query holds."""
+    item = STACK[component]
+    assert isinstance(item, Manifest)
+    return {
+        "apiVersion": KUBERNETES_API,
+        "kind": "Object",
+        "metadata": {
+            "name": f"{cluster}-{component}",
+            "namespace": namespace,
+            "labels": {labels.INFERENCE_CLUSTER: cluster},
+        },
+        "spec": {
+            "forProvider": {"manifest": MANIFESTS[item.load]()},
+            "readiness": {"policy": "DeriveFromCelQuery", "celQuery": item.ready_query},
+            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": cluster},
+        },
+    }
+
+
+def component(cluster: str, namespace: str, name: str) -> dict[str, Any]:
+    if isinstance(STACK[name], Chart):
+        return release(cluster, namespace, name)
+    return manifest_object(cluster, namespace, name)
+
+
+def gateway() -> dict[str, Any]:
+    """The one cluster Gateway for model traffic; HTTPRoutes of every model attach to it."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": GATEWAY_NAME, "namespace": GATEWAY_NAMESPACE},
+        "spec": {
+            "gatewayClassName": GATEWAY_CLASS,
+            "listeners": [
+                {
+                    "name": "http",
+                    "protocol": "HTTP",
+                    "port": GATEWAY_PORT,
+                    "allowedRoutes": {"namespaces": {"from": "All"}},
+                }
+            ],
+        },
+    }
+
+
+def gateway_namespace() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEWAY_NAMESPACE}}
+
+
+def inferencepool_crd() -> dict[str, Any]:
+    """The InferencePool CRD (inference.networking.k8s.io/v1), vendored from upstream."""
+    return copy.deepcopy(vendored_crd.CRD)
+
+
+MANIFESTS = {
+    "inferencepool_crd": inferencepool_crd,
+    "gateway_namespace": gateway_namespace,
+    "gateway": gateway,
+}
+
+
+def gateway_address(observed_gateway: dict[str, Any] | None) -> str:
+    """The Gateway's first address as the Object last observed it, or "" until it has one."""
+    if not observed_gateway:
+        return ""
+    manifest = ((observed_gateway.get("status") or {}).get("atProvider") or {}).get(
+        "manifest"
+    ) or {}
+    addresses = (manifest.get("status") or {}).get("addresses") or []
+    return str(addresses[0].get("value", "")) if addresses else ""

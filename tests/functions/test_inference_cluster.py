@@ -1,0 +1,448 @@
+"""function-inference-cluster through its real run_function, with Crossplane's requirement loop.
+
+Inputs come from the example scenarios (examples/inference-cluster-*), changed per test.
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from collections.abc import Callable
+
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.inference_cluster import fn
+from plnt import render, runtime, xp
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+COREWEAVE = render.load_scenario(REPO / "examples" / "inference-cluster-coreweave")
+EXISTING = render.load_scenario(REPO / "examples" / "inference-cluster-existing")
+READY = render.load_scenario(REPO / "examples" / "inference-cluster-ready")
+
+TIER_ONE = {
+    "coreweavecluster",
+    "providerconfig-kubernetes",
+    "providerconfig-helm",
+    "release-gateway-api-crds",
+    "object-inference-extension-crds",
+    "release-kgateway-crds",
+    "release-leaderworkerset",
+    "release-nvidia-dra-driver-gpu",
+    "object-gateway-namespace",
+}
+EVERYTHING = TIER_ONE | {"release-kgateway", "object-gateway"}
+
+
+def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
+    """Calls the function until its requirements are stable, answering them from `required`."""
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    for obj in observed:
+        name = obj["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]
+        req.observed.resources[name].resource.update(obj)
+    previous = None
+    for _ in range(5):
+        rsp = runtime.call_sync(fn.run_function, req, "function-inference-cluster")
+        wanted = dict(rsp.requirements.resources)
+        if wanted == previous or not wanted:
+            return rsp
+        previous = wanted
+        req = copy.deepcopy(req)
+        req.required_resources.clear()
+        for name, sel in wanted.items():
+            req.required_resources[name].CopyFrom(render._fetch(required, sel))
+    raise AssertionError("requirements did not stabilise")
+
+
+def composed(rsp: fnv1.RunFunctionResponse) -> dict[str, dict]:
+    return {name: xp.to_dict(r.resource) for name, r in rsp.desired.resources.items()}
+
+
+def readiness(rsp: fnv1.RunFunctionResponse) -> dict[str, bool]:
+    return {n: r.ready == fnv1.READY_TRUE for n, r in rsp.desired.resources.items()}
+
+
+def status(rsp: fnv1.RunFunctionResponse) -> dict:
+    return xp.to_dict(rsp.desired.composite.resource).get("status", {})
+
+
+def condition(rsp: fnv1.RunFunctionResponse, typ: str) -> fnv1.Condition:
+    (cond,) = [c for c in rsp.conditions if c.type == typ]
+    return cond
+
+
+def changed(doc: dict, change: Callable[[dict], None]) -> dict:
+    out = copy.deepcopy(doc)
+    change(out)
+    return out
+
+
+def ready_observed(drop: tuple[str, ...] = (), unready: tuple[str, ...] = ()) -> list[dict]:
+    """What the ready InferenceCluster composed (not what its CoreWeaveCluster composed)."""
+    out = []
+    for obj in copy.deepcopy(READY.observed):
+        if obj["metadata"].get("ownerReferences"):
+            continue
+        name = obj["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]
+        if name in drop:
+            continue
+        if name in unready:
+            for cond in obj["status"]["conditions"]:
+                cond["status"] = "False"
+        out.append(obj)
+    return out
+
+
+# --- source CoreWeave -----------------------------------------------------------------
+
+
+def test_coreweave_cluster_from_the_classes() -> None:
+    rsp = run(COREWEAVE.xr, COREWEAVE.required)
+    resources = composed(rsp)
+    assert set(resources) == TIER_ONE
+    cwc = resources["coreweavecluster"]
+    assert cwc["metadata"] == {
+        "name": "coreweave-us-east-04",
+        "namespace": "plnt-system",
+        "labels": {"modelplane.ai/inference-cluster": "coreweave-us-east-04"},
+    }
+    assert cwc["spec"] == {
+        "zone": "US-EAST-04A",
+        "kubernetesVersion": "1.37",
+        "credentials": {"name": "default", "type": "ClusterProviderConfig"},
+        "nodePools": [
+            {
+                "name": "h100",
+                "role": "GPU",
+                "instanceType": "gd-8xh100ib-i128",
+                "nodeCount": 1,
+                "minNodeCount": 1,
+                "maxNodeCount": 4,
+                "gpu": {"acceleratorType": "nvidia-h100"},
+            },
+            {"name": "cpu", "role": "CPU", "instanceType": "cd-gp-a192-genoa", "nodeCount": 2},
+        ],
+    }
+    assert not any(readiness(rsp).values())
+    assert condition(rsp, "Provisioned").message == (
+        "waiting for CoreWeaveCluster plnt-system/coreweave-us-east-04"
+    )
+    assert condition(rsp, "StackReady").status == fnv1.STATUS_CONDITION_FALSE
+
+
+def test_provider_configs_follow_the_published_kubeconfig() -> None:
+    before = composed(run(COREWEAVE.xr, COREWEAVE.required))
+    cwc = copy.deepcopy(next(o for o in READY.observed if o["kind"] == "CoreWeaveCluster"))
+    cwc["status"]["secrets"] = [{"name": "cks-admin", "key": "config", "type": "Kubeconfig"}]
+    after = composed(run(COREWEAVE.xr, COREWEAVE.required, [cwc]))
+    for name, api in (
+        ("providerconfig-kubernetes", "kubernetes.m.crossplane.io/v1alpha1"),
+        ("providerconfig-helm", "helm.m.crossplane.io/v1beta1"),
+    ):
+        assert before[name]["apiVersion"] == after[name]["apiVersion"] == api
+        assert before[name]["kind"] == "ClusterProviderConfig"
+        assert before[name]["metadata"]["name"] == "coreweave-us-east-04"
+        assert before[name]["spec"]["credentials"] == {
+            "source": "Secret",
+            "secretRef": {
+                "name": "coreweave-us-east-04-kubeconfig",
+                "namespace": "plnt-system",
+                "key": "kubeconfig",
+            },
+        }
+        assert after[name]["spec"]["credentials"]["secretRef"] == {
+            "name": "cks-admin",
+            "namespace": "plnt-system",
+            "key": "config",
+        }
+
+
+def test_releases_are_pinned_and_use_the_cluster_provider_config() -> None:
+    resources = composed(run(COREWEAVE.xr, COREWEAVE.required))
+    releases = {n: r for n, r in resources.items() if r["kind"] == "Release"}
+    assert set(releases) == {
+        "release-gateway-api-crds",
+        "release-kgateway-crds",
+        "release-leaderworkerset",
+        "release-nvidia-dra-driver-gpu",
+    }
+    for rname, release in releases.items():
+        assert release["apiVersion"] == "helm.m.crossplane.io/v1beta1"
+        component = rname.removeprefix("release-")
+        assert release["metadata"]["name"] == f"coreweave-us-east-04-{component}"
+        # the Helm release on the workload cluster is named after the component alone
+        helm_name = "lws" if component == "leaderworkerset" else component
+        assert release["metadata"]["annotations"] == {"crossplane.io/external-name": helm_name}
+        assert release["metadata"]["namespace"] == "plnt-system"
+        assert release["spec"]["providerConfigRef"] == {
+            "kind": "ClusterProviderConfig",
+            "name": "coreweave-us-east-04",
+        }
+        chart = release["spec"]["forProvider"]["chart"]
+        assert chart["version"][0].isdigit() or chart["version"].startswith("v")
+    dra = releases["release-nvidia-dra-driver-gpu"]["spec"]["forProvider"]
+    assert dra["chart"] == {
+        "name": "nvidia-dra-driver-gpu",
+        "repository": "https://helm.ngc.nvidia.com/nvidia",
+        "version": "25.12.0",
+    }
+    assert dra["values"]["resources"]["gpus"]["enabled"] is True
+
+
+def test_no_nvidia_dra_driver_without_nvidia_gpus() -> None:
+    cpu_only = changed(
+        COREWEAVE.xr, lambda x: x["spec"].update(nodePools=[x["spec"]["nodePools"][1]])
+    )
+    resources = composed(run(cpu_only, COREWEAVE.required))
+    assert "release-nvidia-dra-driver-gpu" not in resources
+    assert [p["role"] for p in resources["coreweavecluster"]["spec"]["nodePools"]] == ["CPU"]
+
+
+@pytest.mark.parametrize(
+    ("observed", "expected"),
+    [
+        ([], TIER_ONE),
+        (
+            ready_observed(drop=("release-kgateway", "object-gateway")),
+            TIER_ONE | {"release-kgateway"},
+        ),
+        (
+            ready_observed(
+                drop=("release-kgateway", "object-gateway"), unready=("release-kgateway-crds",)
+            ),
+            TIER_ONE,
+        ),
+        (
+            ready_observed(drop=("object-gateway",), unready=("release-kgateway",)),
+            TIER_ONE | {"release-kgateway"},
+        ),
+        (ready_observed(drop=("object-gateway",)), EVERYTHING),
+        # Once it exists, the Gateway stays even when its controller turns unready.
+        (ready_observed(unready=("release-kgateway",)), EVERYTHING),
+    ],
+    ids=[
+        "nothing",
+        "tier-one-ready",
+        "crds-unready",
+        "kgateway-unready",
+        "kgateway-ready",
+        "keeps-gateway",
+    ],
+)
+def test_each_install_waits_for_what_it_needs(observed: list[dict], expected: set[str]) -> None:
+    assert set(composed(run(READY.xr, READY.required, observed))) == expected
+
+
+def test_ready_cluster_reports_everything() -> None:
+    rsp = run(READY.xr, READY.required, ready_observed())
+    assert all(readiness(rsp).values()) and set(readiness(rsp)) == EVERYTHING
+    assert status(rsp) == {
+        "providerConfigRef": {"name": "coreweave-us-east-04"},
+        "gateway": {"address": "203.0.113.10"},
+        "pools": [
+            {"name": "h100", "className": "nvidia-h100-8x", "nodeCapacity": 4},
+            {"name": "cpu", "className": "cpu-genoa", "nodeCapacity": 2},
+        ],
+    }
+    assert condition(rsp, "StackReady").status == fnv1.STATUS_CONDITION_TRUE
+    assert condition(rsp, "Provisioned").status == fnv1.STATUS_CONDITION_TRUE
+    gateway = composed(rsp)["object-gateway"]["spec"]["forProvider"]["manifest"]
+    assert gateway["metadata"] == {"name": "plnt-inference", "namespace": "plnt-system"}
+    assert gateway["spec"]["gatewayClassName"] == "kgateway"
+
+
+def test_gateway_without_an_address_is_not_ready() -> None:
+    observed = ready_observed()
+    gateway = next(o for o in observed if o["metadata"]["name"].endswith("-gateway"))
+    gateway["status"]["atProvider"]["manifest"]["status"]["addresses"] = []
+    rsp = run(READY.xr, READY.required, observed)
+    assert readiness(rsp)["object-gateway"] is False
+    assert status(rsp)["gateway"] == {"address": ""}
+    stack = condition(rsp, "StackReady")
+    assert stack.status == fnv1.STATUS_CONDITION_FALSE
+    assert stack.message == "waiting for gateway address"
+
+
+def test_waiting_message_names_what_is_awaited() -> None:
+    rsp = run(
+        READY.xr,
+        READY.required,
+        ready_observed(unready=("coreweavecluster", "release-leaderworkerset")),
+    )
+    message = condition(rsp, "StackReady").message
+    assert (
+        message == "waiting for CoreWeaveCluster plnt-system/coreweave-us-east-04; leaderworkerset"
+    )
+    assert condition(rsp, "Provisioned").message == (
+        "waiting for CoreWeaveCluster plnt-system/coreweave-us-east-04"
+    )
+
+
+# --- source Existing ------------------------------------------------------------------
+
+
+def test_existing_cluster_uses_the_secret_as_is() -> None:
+    rsp = run(EXISTING.xr, EXISTING.required)
+    resources = composed(rsp)
+    assert "coreweavecluster" not in resources
+    assert set(resources) == TIER_ONE - {"coreweavecluster"}
+    assert resources["providerconfig-helm"]["spec"]["credentials"]["secretRef"] == {
+        "name": "lab-l40s-kubeconfig",
+        "namespace": "plnt-system",
+        "key": "kubeconfig",
+    }
+    assert condition(rsp, "Provisioned").status == fnv1.STATUS_CONDITION_TRUE
+    assert status(rsp)["pools"] == [
+        {"name": "l40s", "className": "nvidia-l40s-4x", "nodeCapacity": 3}
+    ]
+
+
+def test_kubeconfig_never_leaves_the_request() -> None:
+    rsp = run(EXISTING.xr, EXISTING.required)
+    secret = next(o for o in EXISTING.required if o["kind"] == "Secret")
+    data = secret["data"]["kubeconfig"]
+    assert data not in str(rsp)
+    assert "not-a-real-token" not in str(rsp)
+
+
+# --- bad input ------------------------------------------------------------------------
+
+
+def without(kind: str, name: str, docs: list[dict]) -> list[dict]:
+    return [d for d in docs if not (d["kind"] == kind and d["metadata"]["name"] == name)]
+
+
+def no_provisioning(docs: list[dict], name: str, field: str | None = None) -> list[dict]:
+    out = copy.deepcopy(docs)
+    for doc in out:
+        if doc["kind"] == "InferenceClass" and doc["metadata"]["name"] == name:
+            if field:
+                doc["spec"]["provisioning"]["coreweave"].pop(field)
+            else:
+                doc["spec"].pop("provisioning")
+    return out
+
+
+@pytest.mark.parametrize(
+    ("scenario", "required", "message"),
+    [
+        (
+            COREWEAVE,
+            without("InferenceClass", "cpu-genoa", COREWEAVE.required),
+            'node pool "cpu": InferenceClass "cpu-genoa" not found',
+        ),
+        (
+            COREWEAVE,
+            no_provisioning(COREWEAVE.required, "cpu-genoa"),
+            'node pool "cpu": InferenceClass "cpu-genoa" has no CoreWeave provisioning '
+            "(spec.provisioning.coreweave)",
+        ),
+        (
+            COREWEAVE,
+            no_provisioning(COREWEAVE.required, "nvidia-h100-8x", "acceleratorType"),
+            'node pool "h100": InferenceClass "nvidia-h100-8x" has GPU devices but no '
+            "spec.provisioning.coreweave.acceleratorType",
+        ),
+        (
+            EXISTING,
+            without("Secret", "lab-l40s-kubeconfig", EXISTING.required),
+            'kubeconfig Secret "plnt-system/lab-l40s-kubeconfig" not found',
+        ),
+        (
+            EXISTING,
+            [
+                changed(d, lambda s: s.update(data={"config": "eA=="}))
+                if d["kind"] == "Secret"
+                else d
+                for d in EXISTING.required
+            ],
+            'kubeconfig Secret "plnt-system/lab-l40s-kubeconfig" has no key "kubeconfig"',
+        ),
+        (
+            EXISTING,
+            [
+                changed(d, lambda c: c["spec"]["devices"][0].pop("deviceClassName"))
+                if d["kind"] == "InferenceClass"
+                else d
+                for d in EXISTING.required
+            ],
+            'node pool "l40s": InferenceClass "nvidia-l40s-4x" is invalid '
+            "(spec.devices[0].deviceClassName: required when claim is DRA)",
+        ),
+    ],
+    ids=[
+        "missing-class",
+        "no-coreweave-provisioning",
+        "gpu-without-accelerator",
+        "missing-secret",
+        "secret-without-key",
+        "invalid-class",
+    ],
+)
+def test_bad_input_composes_nothing_and_names_the_missing_thing(
+    scenario: render.Scenario, required: list[dict], message: str
+) -> None:
+    rsp = run(scenario.xr, required)
+    assert composed(rsp) == {}
+    assert rsp.desired.composite.ready == fnv1.READY_FALSE
+    provisioned = condition(rsp, "Provisioned")
+    assert provisioned.status == fnv1.STATUS_CONDITION_FALSE
+    assert provisioned.reason == "MissingDependency"
+    assert provisioned.message == message
+    assert condition(rsp, "StackReady").message == f"blocked: {message}"
+    assert [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING] == [message]
+    assert "providerConfigRef" not in status(rsp)
+    assert not xp.has_fatal(rsp)
+
+
+def test_bad_input_keeps_what_exists_and_adds_nothing() -> None:
+    observed = ready_observed(drop=("release-kgateway", "object-gateway"))
+    required = without("InferenceClass", "cpu-genoa", READY.required)
+    rsp = run(READY.xr, required, observed)
+    resources = composed(rsp)
+    assert set(resources) == EVERYTHING - {"release-kgateway", "object-gateway"}
+    for obj in observed:
+        name = obj["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]
+        assert resources[name]["spec"] == obj["spec"]
+        assert resources[name]["metadata"]["name"] == obj["metadata"]["name"]
+    assert rsp.desired.composite.ready == fnv1.READY_FALSE
+    assert status(rsp)["providerConfigRef"] == {"name": "coreweave-us-east-04"}
+
+
+def test_fixing_the_input_composes_the_whole_cluster_at_once() -> None:
+    broken = run(COREWEAVE.xr, without("InferenceClass", "cpu-genoa", COREWEAVE.required))
+    assert composed(broken) == {}
+    fixed = composed(run(COREWEAVE.xr, COREWEAVE.required))
+    assert set(fixed) == TIER_ONE
+    assert [p["name"] for p in fixed["coreweavecluster"]["spec"]["nodePools"]] == ["h100", "cpu"]
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (
+            lambda x: x["spec"]["cluster"].pop("coreweave"),
+            "invalid input: spec.cluster.coreweave: required when source is CoreWeave",
+        ),
+        (
+            lambda x: x["spec"]["nodePools"].append(dict(x["spec"]["nodePools"][0])),
+            "invalid input: spec.nodePools[2].name: duplicate node pool name 'h100'",
+        ),
+        (
+            lambda x: x["spec"]["nodePools"][0].update(minNodeCount=5),
+            "invalid input: spec.nodePools[0].minNodeCount: "
+            "minNodeCount must not exceed maxNodeCount",
+        ),
+        (
+            lambda x: x["metadata"].update(name="c" * 41),
+            "invalid input: metadata.name: must be at most 40 characters: it names the "
+            "CoreWeaveCluster, the ProviderConfigs and the Releases, and labels what they compose",
+        ),
+    ],
+    ids=["no-coreweave-block", "duplicate-pool", "min-above-max", "long-name"],
+)
+def test_invalid_spec_is_fatal_naming_the_field(change, error: str) -> None:
+    rsp = run(changed(COREWEAVE.xr, change), COREWEAVE.required)
+    assert [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL] == [error]
+    assert composed(rsp) == {}
