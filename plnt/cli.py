@@ -1,7 +1,7 @@
 """The `plnt` command line.
 
     plnt function NAME      serve one composition function over gRPC
-    plnt render DIR         preview a scenario folder in-process (the pipeline, as Crossplane runs it)
+    plnt render DIR         preview a scenario folder in-process, as Crossplane runs it
     plnt gate               smoke-test an OpenAI-compatible endpoint against TTFT/TPOT budgets
     plnt reconcile          scale ModelDeployments toward a tokens-per-second target
     plnt bench              print the benchmark figures and write bench/results.json
@@ -52,7 +52,10 @@ def _render(args: argparse.Namespace) -> int:
         if args.all:
             found = render.scenario_folders(path)
             if not found:
-                print(f"plnt render: {path}: no scenario folders (with xr.yaml) inside", file=sys.stderr)
+                print(
+                    f"plnt render: {path}: no scenario folders (with xr.yaml) inside",
+                    file=sys.stderr,
+                )
                 return 2
             folders.extend(found)
         else:
@@ -112,7 +115,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     if argv and argv[0] in ("gate", "reconcile", "bench"):
         import importlib
 
-        module = {"gate": "plnt.gate.cli", "reconcile": "plnt.reconcile.cli", "bench": "plnt.bench.cli"}
+        module = {
+            "gate": "plnt.gate.cli",
+            "reconcile": "plnt.reconcile.cli",
+            "bench": "plnt.bench.cli",
+        }
         sys.exit(importlib.import_module(module[argv[0]]).main(argv[1:]))
     args = build_parser().parse_args(argv)
     sys.exit(args.handler(args))

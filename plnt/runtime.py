@@ -35,7 +35,7 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 RunFunction = Callable[[fnv1.RunFunctionRequest], "fnv1.RunFunctionResponse | Awaitable[Any]"]
 
 
-class UnknownFunction(LookupError):
+class UnknownFunction(LookupError):  # noqa: N818 (reads better at the call site)
     pass
 
 
@@ -66,7 +66,9 @@ def load(function_name: str) -> RunFunction:
     return module.run_function
 
 
-async def call(run: RunFunction, req: fnv1.RunFunctionRequest, name: str) -> fnv1.RunFunctionResponse:
+async def call(
+    run: RunFunction, req: fnv1.RunFunctionRequest, name: str
+) -> fnv1.RunFunctionResponse:
     """Runs a function and guarantees a response: invalid input and bugs become Fatal results."""
     try:
         rsp = run(req)
@@ -85,7 +87,9 @@ async def call(run: RunFunction, req: fnv1.RunFunctionRequest, name: str) -> fnv
         return rsp
 
 
-def call_sync(run: RunFunction, req: fnv1.RunFunctionRequest, name: str) -> fnv1.RunFunctionResponse:
+def call_sync(
+    run: RunFunction, req: fnv1.RunFunctionRequest, name: str
+) -> fnv1.RunFunctionResponse:
     return asyncio.run(call(run, req, name))
 
 

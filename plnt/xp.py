@@ -220,7 +220,9 @@ def has_fatal(rsp: fnv1.RunFunctionResponse) -> bool:
     return any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results)
 
 
-def respond(req: fnv1.RunFunctionRequest, ttl_seconds: float | None = None) -> fnv1.RunFunctionResponse:
+def respond(
+    req: fnv1.RunFunctionRequest, ttl_seconds: float | None = None
+) -> fnv1.RunFunctionResponse:
     """A response carrying forward the request's desired state and context."""
     import datetime
 
