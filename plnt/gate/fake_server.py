@@ -1,0 +1,411 @@
+"""A loopback OpenAI-compatible server that streams exactly as vLLM does, with known latencies.
+
+For the gate's tests and `plnt bench`, and for trying `plnt gate` by hand:
+
+    python -m plnt.gate.fake_server --port 8000 --ttft-ms 120 --tpot-ms 20 --tokens 32
+
+A chat completion streams, over HTTP/1.1 chunked transfer, `data: {json}` events: the role chunk
+and the first token at TTFT (vLLM sends the role chunk with the first engine output), one content
+delta per token every TPOT (scheduled on absolute times so sleeps do not drift), a finish chunk
+(or `finish_reason: "length"` on the last token when max_tokens cuts the answer), the usage chunk
+with `choices: []`, then `data: [DONE]`. Failure modes (FAILURES) break that on purpose.
+
+Plain asyncio streams rather than a web framework: the failure modes need control of the bytes on
+the wire (a broken chunked body, an aborted socket) and no new dependency is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+FAILURES: dict[str, str] = {
+    "http-500": "answer HTTP 500 with a JSON error body, no stream",
+    "malformed": "send a chunk that is not valid JSON in the middle of the stream",
+    "missing-fields": "send a chunk whose choice has no delta",
+    "no-done": "end the body cleanly but never send data: [DONE]",
+    "empty": "stream the role and finish chunks with no text, usage 0 tokens, [DONE]",
+    "hang": "send the response headers, then nothing until the client gives up",
+    "close": "abort the connection after a few tokens",
+    "error-event": "send an error object inside the stream, then [DONE] (vLLM on engine errors)",
+}
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 500: "Error"}
+_WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit")
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How the server answers chat completions. fail_requests picks which requests (0-based, in
+    arrival order) get the failure; None means every request."""
+
+    ttft_ms: float = 0.0
+    tpot_ms: float = 0.0
+    tokens: int = 16
+    failure: str | None = None
+    fail_requests: frozenset[int] | None = None
+    model: str | None = None
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.failure is not None and self.failure not in FAILURES:
+            raise ValueError(f"unknown failure {self.failure!r}; one of {sorted(FAILURES)}")
+        if self.tokens < 0 or self.ttft_ms < 0 or self.tpot_ms < 0:
+            raise ValueError("tokens, ttft_ms and tpot_ms must not be negative")
+
+
+@dataclass
+class _Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+def _event(payload: dict[str, Any] | str) -> bytes:
+    text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+def _chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class FakeServer:
+    """The server; `async with FakeServer(Behaviour(...)) as server:` then use server.url."""
+
+    def __init__(self, behaviour: Behaviour, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.behaviour = behaviour
+        self.host = host
+        self.port = port
+        self.requests: list[dict[str, Any]] = []  # chat completion bodies, in arrival order
+        self.authorizations: list[str | None] = []  # the Authorization header of each
+        self.busy_ns = 0  # time with at least one chat completion in flight
+        # Per chat completion: when it was read and when each token was written
+        # (time.perf_counter_ns, the clock the gate measures with).
+        self.received_ns: list[int] = []
+        self.token_ns: list[list[int]] = []
+        self._active = 0
+        self._busy_since = 0
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> FakeServer:
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> FakeServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            while (request := await _read_request(reader)) is not None:
+                if not await self._respond(request, writer):
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        except ValueError:  # not HTTP/1.1 as the gate speaks it
+            with contextlib.suppress(ConnectionError):
+                await _send_error(writer, 400, "BadRequestError", "malformed HTTP request")
+        except asyncio.CancelledError:
+            pass  # stop() ends open connections; the task ends quietly
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _respond(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False means the connection must close afterwards."""
+        route = (request.method, request.path)
+        if route == ("GET", "/health"):
+            return await _send_json(writer, 200, {})
+        if route == ("GET", "/v1/models"):
+            name = self.behaviour.model or "fake-model"
+            return await _send_json(writer, 200, {"object": "list", "data": [{"id": name}]})
+        if route == ("GET", "/stats"):
+            stats = {"requests": len(self.requests), "busy_ns": self.busy_ns}
+            return await _send_json(writer, 200, stats)
+        if route != ("POST", "/v1/chat/completions"):
+            return await _send_error(writer, 404, "NotFoundError", f"no route {request.path}")
+        self._active += 1
+        if self._active == 1:
+            self._busy_since = time.perf_counter_ns()
+        try:
+            return await self._chat(request, writer)
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self.busy_ns += time.perf_counter_ns() - self._busy_since
+
+    async def _chat(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
+        received = asyncio.get_running_loop().time()
+        received_ns = time.perf_counter_ns()
+        behaviour = self.behaviour
+        try:
+            body = json.loads(request.body)
+        except ValueError:
+            return await _send_error(writer, 400, "BadRequestError", "body is not JSON")
+        ordinal = len(self.requests)
+        self.requests.append(body)
+        self.received_ns.append(received_ns)
+        self.token_ns.append([])
+        self.authorizations.append(request.headers.get("authorization"))
+        if behaviour.api_key and request.headers.get("authorization") != (
+            f"Bearer {behaviour.api_key}"
+        ):
+            return await _send_error(writer, 401, "AuthenticationError", "Unauthorized")
+        model = body.get("model")
+        if behaviour.model and model != behaviour.model:
+            message = f"The model `{model}` does not exist."
+            return await _send_error(writer, 404, "NotFoundError", message)
+        if body.get("stream") is not True:
+            return await _send_error(writer, 400, "BadRequestError", "only stream=true is served")
+        selected = behaviour.fail_requests is None or ordinal in behaviour.fail_requests
+        failure = behaviour.failure if selected else None
+        if failure == "http-500":
+            return await _send_error(writer, 500, "InternalServerError", "engine failed")
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        max_tokens = body.get("max_tokens")
+        tokens = behaviour.tokens
+        if isinstance(max_tokens, int) and max_tokens < tokens:
+            tokens = max_tokens
+        stream = _Stream(writer, str(model), f"chatcmpl-fake-{ordinal}", self.token_ns[ordinal])
+        await stream.headers()
+        if failure == "hang":
+            await asyncio.Event().wait()  # until the client disconnects and stop() cancels us
+        await _sleep_until(received + behaviour.ttft_ms / 1000)
+        await stream.role()
+        if failure == "error-event":
+            await stream.send({"error": {"message": "engine died", "type": "InternalError"}})
+            await stream.done()
+            return True
+        cut = tokens < behaviour.tokens  # max_tokens ends the answer: "length" on the last token
+        if failure == "empty":
+            tokens, cut = 0, False
+        for k in range(tokens):
+            await _sleep_until(received + (behaviour.ttft_ms + k * behaviour.tpot_ms) / 1000)
+            finish = "length" if cut and k == tokens - 1 else None
+            await stream.token(_WORDS[k % len(_WORDS)] + " ", finish)
+            if k == min(2, tokens - 1) and failure in ("malformed", "missing-fields", "close"):
+                return await stream.fail(failure)
+        if not cut:
+            await stream.finish("stop")
+        if include_usage:
+            await stream.usage(
+                prompt_tokens=len(json.dumps(body.get("messages"))) // 4, completion_tokens=tokens
+            )
+        if failure == "no-done":
+            await stream.end()
+            return True
+        await stream.done()
+        return True
+
+
+class _Stream:
+    """Writes one vLLM-shaped SSE response, one HTTP chunk per event."""
+
+    def __init__(
+        self, writer: asyncio.StreamWriter, model: str, request_id: str, token_ns: list[int]
+    ) -> None:
+        self.writer = writer
+        self.token_ns = token_ns
+        self.base = {
+            "id": request_id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    async def _write(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def headers(self) -> None:
+        head = (
+            "HTTP/1.1 200 OK\r\n"
+            "content-type: text/event-stream; charset=utf-8\r\n"
+            "transfer-encoding: chunked\r\n\r\n"
+        )
+        await self._write(head.encode())
+
+    async def send(self, payload: dict[str, Any] | str) -> None:
+        await self._write(_chunked(_event(payload)))
+
+    def _choice(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        if finish is not None:
+            choice["stop_reason"] = None
+        return {**self.base, "choices": [choice]}
+
+    async def role(self) -> None:
+        await self.send(self._choice({"role": "assistant", "content": ""}, None))
+
+    async def token(self, text: str, finish: str | None) -> None:
+        await self.send(self._choice({"content": text}, finish))
+        self.token_ns.append(time.perf_counter_ns())
+
+    async def finish(self, reason: str) -> None:
+        await self.send(self._choice({"content": ""}, reason))
+
+    async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+        }
+        await self.send({**self.base, "choices": [], "usage": usage})
+
+    async def done(self) -> None:
+        await self.send("[DONE]")
+        await self.end()
+
+    async def end(self) -> None:
+        await self._write(b"0\r\n\r\n")
+
+    async def fail(self, failure: str) -> bool:
+        """Break the stream as the failure mode says; False: the connection must close."""
+        if failure == "close":
+            self.writer.transport.abort()
+            return False
+        if failure == "malformed":
+            await self.send('{"id": "broken", "choices": [{"index": 0, "delta": {"content": "x"')
+        else:
+            await self.send({**self.base, "choices": [{"index": 0, "finish_reason": None}]})
+        await self.done()
+        return True
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+    """One HTTP/1.1 request with a Content-Length body; None when the client closed."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _version = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    body = await reader.readexactly(length) if length else b""
+    return _Request(method=method, path=target.split("?", 1)[0], headers=headers, body=body)
+
+
+async def _send_json(writer: asyncio.StreamWriter, status: int, payload: dict[str, Any]) -> bool:
+    body = json.dumps(payload).encode()
+    head = (
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    await writer.drain()
+    return True
+
+
+async def _send_error(writer: asyncio.StreamWriter, status: int, kind: str, message: str) -> bool:
+    """An error shaped like vLLM's ErrorResponse."""
+    error = {"message": message, "type": kind, "param": None, "code": status}
+    return await _send_json(writer, status, {"error": error})
+
+
+@contextlib.contextmanager
+def serve_in_thread(behaviour: Behaviour, host: str = "127.0.0.1") -> Iterator[FakeServer]:
+    """Run a FakeServer on its own event loop in a daemon thread (for synchronous callers)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-vllm", daemon=True)
+    thread.start()
+    server = FakeServer(behaviour, host=host)
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=10)
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m plnt.gate.fake_server", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--ttft-ms", type=float, default=120.0)
+    parser.add_argument("--tpot-ms", type=float, default=20.0)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--failure", choices=sorted(FAILURES), help="break every request so")
+    parser.add_argument("--model", help="serve only this model name (others get 404)")
+    parser.add_argument("--api-key-env", help="require the bearer key held in this variable")
+    return parser
+
+
+async def _serve(behaviour: Behaviour, host: str, port: int) -> None:
+    async with FakeServer(behaviour, host=host, port=port) as server:
+        sys.stdout.write(f"fake vLLM server on {server.url}\n")
+        sys.stdout.flush()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    try:
+        behaviour = Behaviour(
+            ttft_ms=args.ttft_ms,
+            tpot_ms=args.tpot_ms,
+            tokens=args.tokens,
+            failure=args.failure,
+            model=args.model,
+            api_key=api_key,
+        )
+    except ValueError as err:
+        sys.stderr.write(f"fake_server: {err}\n")
+        return 2
+    asyncio.run(_serve(behaviour, args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
