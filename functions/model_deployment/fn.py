@@ -1,0 +1,291 @@
+"""ModelDeployment: place replicas on the fleet, compose a ModelReplica and a ModelEndpoint each.
+
+Reads: the XR (spec; `status.revisions` and `status.canary.gate` as observed), the composed
+ModelReplicas it made before (their pins), and as required resources every InferenceCluster,
+every InferenceClass and every ModelReplica on the fleet. The ModelReplica requirement has an
+empty label selector and no namespace, which Crossplane answers with the ModelReplicas of all
+namespaces, so the scheduler counts capacity used by every deployment. The fleet is read
+through `reading` (only the fields the scheduler uses), which keeps a 1,000-cluster request
+well under the 0.5 s budget.
+
+Composes: per placed replica a ModelReplica named `<md>-<revision[:6]>-<index>` (stable across
+reconciles: pins are read back from the observed ModelReplicas), labelled with the
+deployment, revision and cluster; per replica on a Ready cluster with a gateway address a
+ModelEndpoint (`modelplane.ai/api: OpenAI`) with the gateway URL for the replica. A replica on a
+degraded cluster keeps its pin but gets no endpoint, so routing drops it until the cluster is
+back.
+
+Decisions: `revisions.plan` says which revisions run with how many replicas (canary, promotion,
+rollback); `scheduler.schedule` keeps pins and places the rest (see its docstring for the exact
+order). Status: `replicas.{total,ready}` (of the stable revision), `placements[]`,
+`revisions.{stable,canary}`, `canary`, and the conditions ReplicasScheduled, ReplicasReady and,
+with `spec.canary`, Canary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.model_deployment import reading, revisions, scheduler
+from functions.model_deployment import replicas as rep
+from plnt import conditions, xp
+from plnt.models import model_deployment
+from plnt.models.model_deployment import ModelDeploymentSpec
+from plnt.revision import revision
+
+GROUP_VERSION = "modelplane.ai/v1alpha1"
+CANARY_VERDICT_CONTEXT = "plnt.work/canary-verdict"
+
+
+def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    rsp = xp.respond(req)
+    xr = xp.composite(req)
+    meta = xr.get("metadata") or {}
+    name, namespace = meta.get("name", ""), meta.get("namespace", "")
+    raw_spec = xr.get("spec") or {}
+    spec = xp.parse(ModelDeploymentSpec, raw_spec, "spec")
+    model_deployment.check(spec)
+    observed_status = xr.get("status") or {}
+
+    # --- inputs ---------------------------------------------------------------------------
+    clusters = reading.require_all(
+        req, rsp, "inference-clusters", GROUP_VERSION, "InferenceCluster", shape=reading.CLUSTER
+    )
+    classes = reading.require_all(
+        req, rsp, "inference-classes", GROUP_VERSION, "InferenceClass", shape=reading.CLASS
+    )
+    fleet_replicas = reading.require_all(
+        req, rsp, "model-replicas", GROUP_VERSION, rep.MODEL_REPLICA, shape=reading.REPLICA
+    )
+    if clusters is None or classes is None or fleet_replicas is None:
+        xp.set_conditions(
+            rsp, conditions.waiting(conditions.REPLICAS_SCHEDULED, "reading the fleet")
+        )
+        return rsp
+    observed = {
+        n: o for n, o in xp.observed_resources(req).items() if o.get("kind") == rep.MODEL_REPLICA
+    }
+    own = {(o["metadata"].get("name") or ""): o for o in observed.values()}
+    fleet = _fleet(fleet_replicas, own.values())
+    clusters_by_name = {c["metadata"]["name"]: c for c in clusters}
+
+    # --- decisions ------------------------------------------------------------------------
+    current = revision(raw_spec)
+    own_placed = [scheduler.placed_replica(o) for o in own.values()]
+    by_revision = Counter(r.revision for r in own_placed)
+    plan = revisions.plan(
+        spec, current, observed_status, by_revision, xp.context(req, CANARY_VERDICT_CONTEXT)
+    )
+    schedules: dict[str, scheduler.Schedule] = {}
+    for rev in sorted(plan.targets, key=lambda r: r == plan.current):  # current last
+        schedules[rev] = scheduler.schedule(
+            raw_spec["engines"],
+            replicas=plan.targets[rev],
+            cluster_selector=spec.cluster_selector.matches,
+            clusters=clusters,
+            classes=classes,
+            fleet=fleet,
+            own=[r for r in own_placed if r.revision == rev],
+            place_new=plan.placed_anew(rev),
+            siblings=[r for other in schedules.values() for r in other.kept],
+        )
+
+    # --- desired resources ----------------------------------------------------------------
+    out = Composed()
+    for rev, sched in schedules.items():
+        new_names = rep.fresh_names(name, rev, own, len(sched.placed))
+        replicas = [(r.name, rep.pinned_replica(own[r.name])) for r in sched.kept]
+        replicas += [
+            (
+                replica,
+                rep.model_replica(
+                    name=replica,
+                    namespace=namespace,
+                    deployment=name,
+                    revision=rev,
+                    spec=raw_spec,
+                    placement=p,
+                ),
+            )
+            for replica, p in zip(new_names, sched.placed, strict=True)
+        ]
+        for replica, obj in sorted(replicas, key=lambda r: r[0]):
+            _compose_replica(
+                req,
+                rsp,
+                out,
+                obj=obj,
+                rev=rev,
+                seen=own.get(replica),
+                clusters=clusters_by_name,
+                deployment=name,
+                namespace=namespace,
+            )
+
+    # --- status ---------------------------------------------------------------------------
+    stable_sched = schedules.get(plan.stable)
+    total = len(stable_sched.kept) + len(stable_sched.placed) if stable_sched else 0
+    ready = out.ready[plan.stable]
+    status: dict[str, Any] = {
+        "replicas": {"total": total, "ready": ready},
+        "placements": sorted(out.placements, key=lambda p: p["replica"]),
+        "revisions": {k: v for k, v in (("stable", plan.stable), ("canary", plan.canary)) if v},
+    }
+    canary_status = _canary_status(spec, plan, schedules, observed_status)
+    if canary_status:
+        status["canary"] = canary_status
+    xp.set_status(rsp, status)
+
+    scheduled = schedules[plan.current if plan.current in schedules else plan.stable]
+    message = scheduled.message
+    if plan.canary is not None:
+        stable_kept = len(schedules[plan.stable].kept)
+        message = f"canary: {message}; stable: {stable_kept} of {spec.replicas} kept"
+    xp.set_conditions(
+        rsp,
+        xp.Condition(conditions.REPLICAS_SCHEDULED, scheduled.scheduled, scheduled.reason, message),
+    )
+    if not scheduled.scheduled:
+        xp.warning(rsp, f"{scheduled.reason}: {message}")
+    ready_message = f"{ready} of {spec.replicas} replicas ready"
+    if out.degraded:
+        ready_message += "; no endpoint while the cluster is degraded: " + ", ".join(out.degraded)
+    if ready < spec.replicas:
+        xp.set_composite_ready(rsp, False)  # Ready only once every wanted replica is
+    if ready >= spec.replicas and not out.degraded:
+        xp.set_conditions(rsp, conditions.available(conditions.REPLICAS_READY, ready_message))
+    else:
+        xp.set_conditions(rsp, conditions.waiting(conditions.REPLICAS_READY, ready_message))
+    if spec.canary is not None or plan.outcome is not None:
+        xp.set_conditions(rsp, _canary_condition(plan))
+    return rsp
+
+
+@dataclasses.dataclass
+class Composed:
+    """What composing the replicas found: their placements, readiness, degraded ones."""
+
+    placements: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    ready: Counter[str] = dataclasses.field(default_factory=Counter)  # by revision
+    degraded: list[str] = dataclasses.field(default_factory=list)
+
+
+def _compose_replica(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    out: Composed,
+    *,
+    obj: dict[str, Any],
+    rev: str,
+    seen: dict[str, Any] | None,
+    clusters: dict[str, dict[str, Any]],
+    deployment: str,
+    namespace: str,
+) -> None:
+    """One replica's ModelReplica and, on a Ready cluster with a gateway address, endpoint."""
+    meta = obj["metadata"]
+    replica, cluster_name = meta["name"], obj["spec"].get("clusterName", "")
+    ready = xp.is_ready(seen)
+    out.ready[rev] += ready
+    xp.compose(rsp, rep.resource_name(replica), obj, ready=ready)
+    cluster = clusters.get(cluster_name)
+    address = scheduler.gateway_address(cluster) if cluster else None
+    if cluster is not None and xp.is_ready(cluster) and address:
+        endpoint = rep.model_endpoint(
+            replica=replica,
+            namespace=namespace,
+            deployment=deployment,
+            revision=rev,
+            cluster=cluster_name,
+            address=address,
+        )
+        seen_endpoint = _observed(req, rep.endpoint_resource_name(replica))
+        xp.compose(
+            rsp, rep.endpoint_resource_name(replica), endpoint, ready=xp.is_ready(seen_endpoint)
+        )
+    else:
+        out.degraded.append(f"{replica} on {cluster_name}")
+    out.placements.append(
+        {
+            "replica": replica,
+            "cluster": cluster_name,
+            "revision": rev,
+            "engines": [{"name": e, "pool": pool} for e, pool in _engine_pools(obj)],
+        }
+    )
+
+
+def _fleet(required: list[dict[str, Any]], own: Any) -> list[scheduler.PlacedReplica]:
+    """Every replica on the fleet: the required ones plus our own observed ones, once each."""
+    out: dict[tuple[str, str], scheduler.PlacedReplica] = {}
+    for obj in [*required, *own]:
+        placed = scheduler.placed_replica(obj)
+        out[(placed.namespace, placed.name)] = placed
+    return list(out.values())
+
+
+def _observed(req: fnv1.RunFunctionRequest, resource: str) -> dict[str, Any] | None:
+    if resource not in req.observed.resources:
+        return None
+    return xp.to_dict(req.observed.resources[resource].resource)
+
+
+def _engine_pools(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for engine in (obj.get("spec") or {}).get("engines") or []:
+        pools = [m.get("nodePoolName", "") for m in engine.get("members") or []]
+        out.append((engine.get("name", ""), next((p for p in pools if p), "")))
+    return out
+
+
+def _canary_status(
+    spec: ModelDeploymentSpec,
+    plan: revisions.Plan,
+    schedules: dict[str, scheduler.Schedule],
+    observed_status: dict[str, Any],
+) -> dict[str, Any]:
+    """The canary in progress, or the verdict that ended the last one (kept so a rolled back
+    revision is not tested again)."""
+    out: dict[str, Any] = {}
+    if plan.canary is not None and spec.canary is not None:
+        sched = schedules[plan.canary]
+        out = {
+            "revision": plan.canary,
+            "trafficPercent": spec.canary.traffic_percent,
+            "replicas": len(sched.kept) + len(sched.placed),
+        }
+    gate = (observed_status.get("canary") or {}).get("gate")
+    if plan.verdict is not None:
+        out["gate"] = dict(plan.verdict)
+        out.setdefault("revision", plan.verdict.get("revision"))
+    elif isinstance(gate, dict) and gate.get("revision") == plan.current:
+        out["gate"] = gate
+    return out
+
+
+def _canary_condition(plan: revisions.Plan) -> xp.Condition:
+    if plan.outcome == revisions.ROLLED_BACK and plan.verdict is not None:
+        return xp.Condition(
+            conditions.CANARY,
+            False,
+            revisions.ROLLED_BACK,
+            revisions.rollback_message(plan.verdict),
+        )
+    if plan.outcome == revisions.PROMOTED:
+        return xp.Condition(
+            conditions.CANARY, True, revisions.PROMOTED, f"revision {plan.current} promoted"
+        )
+    if plan.outcome == revisions.AWAITING_VERDICT:
+        return xp.Condition(
+            conditions.CANARY,
+            False,
+            revisions.AWAITING_VERDICT,
+            f"canary revision {plan.canary} beside stable {plan.stable}; awaiting the latency gate",
+        )
+    return xp.Condition(
+        conditions.CANARY, True, "Stable", f"revision {plan.stable} serves all traffic"
+    )

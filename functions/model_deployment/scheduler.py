@@ -1,0 +1,677 @@
+"""The fleet scheduler: where each replica of a ModelDeployment runs. Pure, no protobuf.
+
+Inputs: the deployment's engines and cluster selector, every InferenceCluster, every
+InferenceClass, and every ModelReplica already placed on the fleet. The function requires
+ModelReplicas with an empty label selector and no namespace, which Crossplane answers
+cluster-wide (a required-resources selector without a namespace matches namespaced resources
+in every namespace), so capacity is counted across all deployments in all namespaces.
+
+Matching. A device request matches an InferenceClass device when ``device.count`` covers the
+request's count and every CEL selector is true on the device. Selectors are evaluated once per
+distinct (expression, class, device) and the answer reused; a whole engine's fit on a class is
+computed once per class. Everything that grows with the fleet afterwards is integer
+bookkeeping over free nodes per (cluster, pool).
+
+Cost, in nodes: one pod (one node) per copy of a Standalone or Leader member, ``worker.nodes``
+per copy of a Worker member; a member without a nodeSelector costs nothing and lands on its
+engine's pool. Free nodes of a pool = its ``status.pools[].nodeCapacity`` minus the cost of
+every placed replica on it (until the cluster reports pools, the spec's maxNodeCount, else
+nodeCount, which is what it will report). A replica is placed only where every engine fits
+in full: never overcommitted.
+
+Pins. A replica already placed stays on its cluster and pools while the cluster exists, Ready
+or not (the function drops only its endpoint); a replica whose cluster is gone is released and
+a new one placed in its stead. When there are more pins than wanted, replicas on clusters
+that are not Ready are released first, then the highest-numbered.
+
+Order (deterministic for the same inputs):
+1. Candidate clusters match ``clusterSelector`` and are Ready.
+2. Each new replica goes to the candidate cluster with, in this order: the fewest replicas of
+   this deployment already on it, of any revision that stays (spread before doubling up); the
+   fewest devices wasted by the replica there; the name.
+3. Within a cluster, engines are placed in spec order; each engine takes the pool that, among
+   pools whose class fits every member and with enough free nodes left for all its members,
+   wastes the fewest devices, then by name. Waste = sum over requests of
+   (device.count - request.count) x pods x copies. If a later engine then has no pool left, earlier
+   engines try their next pools (depth first, bounded to SEARCH_BUDGET pools per cluster).
+   An engine with no nodeSelector on any member goes to the pool of the first engine that has
+   one (else the first pool by name) and costs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from plnt import labels
+
+Evaluate = Callable[[str, dict], bool]
+Compile = Callable[[str], object]
+
+NODE_COST_ANNOTATION = "plnt.work/pool-nodes"  # JSON {pool: nodes} a replica occupies
+CLAIM_DRA = "DRA"
+MAX_LISTED_CLUSTERS = 10
+SEARCH_BUDGET = 512  # pools tried per (replica, cluster) when engines compete for pools
+
+# reasons of the ReplicasScheduled condition
+SCHEDULED = "Scheduled"
+INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+NO_MATCHING_CLUSTERS = "NoMatchingClusters"
+INVALID_NODE_SELECTOR = "InvalidNodeSelector"
+
+_INDEX = re.compile(r"-(\d+)$")
+
+
+# --- inputs -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    name: str
+    count: int
+    selectors: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    role: str
+    pods: int  # pods (= nodes) per copy
+    requests: tuple[Request, ...] | None  # None: no nodeSelector
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    name: str
+    copies: int
+    members: tuple[Member, ...]
+
+    @property
+    def selective(self) -> bool:
+        return any(m.requests is not None for m in self.members)
+
+    @property
+    def cost(self) -> int:
+        return sum(m.pods * self.copies for m in self.members if m.requests is not None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pool:
+    name: str
+    class_name: str
+    capacity: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    name: str
+    labels: Mapping[str, str]
+    ready: bool
+    pools: tuple[Pool, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacedReplica:
+    """A ModelReplica on the fleet, as far as capacity and pins are concerned."""
+
+    namespace: str
+    name: str
+    deployment: str
+    revision: str
+    cluster: str
+    pool_nodes: Mapping[str, int]
+    engine_pools: tuple[tuple[str, str], ...]  # (engine, pool)
+
+
+# --- outputs ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberPlacement:
+    pool: str
+    device_requests: tuple[dict[str, Any], ...]  # DRA DeviceRequests, Synthetic dropped
+
+
+@dataclasses.dataclass(frozen=True)
+class EnginePlacement:
+    name: str
+    pool: str
+    members: tuple[MemberPlacement, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A new replica: its cluster, each engine's pool and each member's device requests."""
+
+    cluster: str
+    engines: tuple[EnginePlacement, ...]
+    pool_nodes: Mapping[str, int]  # nodes it takes per pool
+
+
+@dataclasses.dataclass
+class Schedule:
+    kept: list[PlacedReplica]
+    released: list[PlacedReplica]
+    placed: list[Placement]
+    wanted: int
+    reason: str
+    message: str
+
+    @property
+    def scheduled(self) -> bool:
+        return self.reason == SCHEDULED
+
+
+# --- parsing fleet objects ----------------------------------------------------------------
+
+
+def engines_of(spec_engines: Sequence[Mapping[str, Any]]) -> tuple[Engine, ...]:
+    """The scheduler's view of a ModelDeployment's `spec.engines` (already validated)."""
+    out = []
+    for engine in spec_engines:
+        members = []
+        for m in engine.get("members") or []:
+            role = m.get("role") or "Standalone"
+            pods = int((m.get("worker") or {}).get("nodes") or 1) if role == "Worker" else 1
+            selector = m.get("nodeSelector")
+            requests = None
+            if selector is not None:
+                requests = tuple(
+                    Request(
+                        d["name"],
+                        int(d.get("count") or 1),
+                        tuple(s["cel"] for s in d.get("selectors") or [] if s.get("cel")),
+                    )
+                    for d in selector.get("devices") or []
+                )
+            members.append(Member(role, pods, requests))
+        out.append(Engine(engine["name"], int(engine.get("copies") or 1), tuple(members)))
+    return tuple(out)
+
+
+def cluster_of(obj: Mapping[str, Any]) -> Cluster:
+    """An InferenceCluster: Ready condition, labels, and node capacity per pool."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    if status.get("pools"):
+        pools = tuple(
+            Pool(p["name"], p.get("className") or "", int(p.get("nodeCapacity") or 0))
+            for p in status["pools"]
+        )
+    else:
+        pools = tuple(
+            Pool(
+                p["name"],
+                p.get("className") or "",
+                int(p.get("maxNodeCount") or p.get("nodeCount") or 0),
+            )
+            for p in (obj.get("spec") or {}).get("nodePools") or []
+        )
+    return Cluster(meta.get("name", ""), meta.get("labels") or {}, ready, pools)
+
+
+def gateway_address(obj: Mapping[str, Any]) -> str | None:
+    return ((obj.get("status") or {}).get("gateway") or {}).get("address") or None
+
+
+def placed_replica(obj: Mapping[str, Any]) -> PlacedReplica:
+    """A ModelReplica as placed. Its cost comes from the scheduler's annotation when present,
+    else from its members: a member with device requests costs its pods x copies."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    obj_labels = meta.get("labels") or {}
+    engine_pools = []
+    computed: dict[str, int] = {}
+    for engine in spec.get("engines") or []:
+        copies = int(engine.get("copies") or 1)
+        pool = ""
+        for m in engine.get("members") or []:
+            pool = pool or m.get("nodePoolName", "")
+            if m.get("deviceRequests"):
+                pods = (m.get("worker") or {}).get("nodes") or 1 if m.get("role") == "Worker" else 1
+                name = m.get("nodePoolName", "")
+                computed[name] = computed.get(name, 0) + int(pods) * copies
+        engine_pools.append((engine.get("name", ""), pool))
+    pool_nodes = computed
+    annotated = (meta.get("annotations") or {}).get(NODE_COST_ANNOTATION)
+    if annotated:
+        try:
+            parsed = json.loads(annotated)
+            pool_nodes = {str(k): int(v) for k, v in parsed.items()}
+        except (ValueError, TypeError, AttributeError):
+            pool_nodes = computed
+    return PlacedReplica(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        deployment=obj_labels.get(labels.DEPLOYMENT, ""),
+        revision=obj_labels.get(labels.REVISION, ""),
+        cluster=spec.get("clusterName", ""),
+        pool_nodes=pool_nodes,
+        engine_pools=tuple(engine_pools),
+    )
+
+
+# --- matching engines to classes -------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineFit:
+    """How an engine's members fit one InferenceClass: per member, the device per request."""
+
+    waste: int
+    devices: tuple[tuple[Mapping[str, Any], ...] | None, ...]  # per member; None: no selector
+
+
+class Matcher:
+    """Fits engines onto classes, evaluating each (expression, class, device) at most once."""
+
+    def __init__(self, classes: Mapping[str, Mapping[str, Any]], evaluate: Evaluate):
+        self.classes = classes
+        self.evaluate = evaluate
+        self._cel: dict[tuple[str, str, str], tuple[bool, str]] = {}
+        self._fits: dict[tuple[int, str], EngineFit | str] = {}
+        self.cel_evaluations = 0
+
+    def selector(self, expr: str, class_name: str, device: Mapping[str, Any]) -> tuple[bool, str]:
+        key = (expr, class_name, device.get("name", ""))
+        hit = self._cel.get(key)
+        if hit is None:
+            self.cel_evaluations += 1
+            try:
+                hit = (bool(self.evaluate(expr, dict(device))), "")
+            except Exception as err:  # a CEL runtime error on this device: no match
+                hit = (False, f"selector error on device {key[2]}: {err}")
+            self._cel[key] = hit
+        return hit
+
+    def request(
+        self, req: Request, class_name: str, devices: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, Any] | str:
+        """The matching device wasting the fewest devices (then by name), or why none does."""
+        best = None
+        why = []
+        for dev in devices:
+            count = int(dev.get("count") or 1)
+            if count < req.count:
+                why.append(f"device {dev.get('name')} has {count} per node, {req.count} requested")
+                continue
+            failed = ""
+            for expr in req.selectors:
+                ok, err = self.selector(expr, class_name, dev)
+                if not ok:
+                    failed = err or f"selector `{_short(expr)}` false on device {dev.get('name')}"
+                    break
+            if failed:
+                why.append(failed)
+                continue
+            key = (count - req.count, dev.get("name", ""))
+            if best is None or key < best[0]:
+                best = (key, dev)
+        if best is None:
+            return f"request {req.name}: " + ("; ".join(why) or "class has no devices")
+        return best[1]
+
+    def fit(self, index: int, engine: Engine, class_name: str) -> EngineFit | str:
+        """How engine `index` fits class `class_name` (cached), or why it does not."""
+        key = (index, class_name)
+        if key in self._fits:
+            return self._fits[key]
+        cls = self.classes.get(class_name)
+        result: EngineFit | str
+        if cls is None:
+            result = f"InferenceClass {class_name!r} not found"
+        else:
+            devices = (cls.get("spec") or {}).get("devices") or []
+            waste = 0
+            per_member: list[tuple[Mapping[str, Any], ...] | None] = []
+            result = ""
+            for member in engine.members:
+                if member.requests is None:
+                    per_member.append(None)
+                    continue
+                chosen = []
+                for req in member.requests:
+                    dev = self.request(req, class_name, devices)
+                    if isinstance(dev, str):
+                        result = f"member {member.role} {dev}"
+                        break
+                    chosen.append(dev)
+                    waste += (int(dev.get("count") or 1) - req.count) * member.pods * engine.copies
+                if result:
+                    break
+                per_member.append(tuple(chosen))
+            if not result:
+                result = EngineFit(waste, tuple(per_member))
+        self._fits[key] = result
+        return result
+
+
+def _short(expr: str, limit: int = 80) -> str:
+    expr = " ".join(expr.split())
+    return expr if len(expr) <= limit else expr[: limit - 3] + "..."
+
+
+# --- placing ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Choice:
+    waste: int
+    pools: list[tuple[Pool, EngineFit | None]]  # per engine
+
+
+class Scheduler:
+    """One scheduling decision over one fleet snapshot."""
+
+    def __init__(
+        self,
+        engines: Sequence[Engine],
+        clusters: Iterable[Cluster],
+        classes: Mapping[str, Mapping[str, Any]],
+        evaluate: Evaluate,
+    ):
+        self.engines = tuple(engines)
+        self.clusters = {c.name: c for c in clusters}
+        self.matcher = Matcher(classes, evaluate)
+        self.free: dict[tuple[str, str], int] = {}
+        for c in self.clusters.values():
+            for p in c.pools:
+                self.free[(c.name, p.name)] = p.capacity
+
+    def charge(self, cluster: str, pool_nodes: Mapping[str, int]) -> None:
+        for pool, nodes in pool_nodes.items():
+            key = (cluster, pool)
+            if key in self.free:
+                self.free[key] -= nodes
+
+    def choose(self, cluster: Cluster) -> _Choice | None:
+        """The pools this replica would take on `cluster`, or None if it does not fit.
+
+        Depth-first over engines in spec order, each trying its candidate pools by (waste,
+        name): the first complete assignment wins, so the common case is the greedy one, and
+        engines that only fit by sharing pools differently are still found. The search visits
+        at most SEARCH_BUDGET pools per call.
+        """
+        options: list[list[tuple[Pool, EngineFit]] | None] = []
+        for i, engine in enumerate(self.engines):
+            if not engine.selective:
+                options.append(None)
+                continue
+            fits = []
+            for pool in cluster.pools:
+                fit = self.matcher.fit(i, engine, pool.class_name)
+                if not isinstance(fit, str) and self.free[(cluster.name, pool.name)] >= engine.cost:
+                    fits.append((pool, fit))
+            if not fits:
+                return None
+            fits.sort(key=lambda pf: (pf[1].waste, pf[0].name))
+            options.append(fits)
+        chosen = self._search(
+            cluster.name, options=options, index=0, taken={}, chosen=[], budget=[SEARCH_BUDGET]
+        )
+        if chosen is None:
+            return None
+        default = next((c[0] for c in chosen if c is not None), None)
+        if default is None:
+            pools = sorted(cluster.pools, key=lambda p: p.name)
+            if not pools:
+                return None
+            default = pools[0]
+        waste = sum(c[1].waste for c in chosen if c is not None)
+        return _Choice(waste, [c if c is not None else (default, None) for c in chosen])
+
+    def _search(
+        self,
+        cluster: str,
+        *,
+        options: list[list[tuple[Pool, EngineFit]] | None],
+        index: int,
+        taken: dict[str, int],
+        chosen: list[tuple[Pool, EngineFit] | None],
+        budget: list[int],
+    ) -> list[tuple[Pool, EngineFit] | None] | None:
+        if index == len(options):
+            return list(chosen)
+        fits = options[index]
+        if fits is None:
+            return self._search(
+                cluster,
+                options=options,
+                index=index + 1,
+                taken=taken,
+                chosen=[*chosen, None],
+                budget=budget,
+            )
+        cost = self.engines[index].cost
+        for pool, fit in fits:
+            if budget[0] <= 0:
+                return None
+            budget[0] -= 1
+            if self.free[(cluster, pool.name)] - taken.get(pool.name, 0) < cost:
+                continue
+            taken[pool.name] = taken.get(pool.name, 0) + cost
+            found = self._search(
+                cluster,
+                options=options,
+                index=index + 1,
+                taken=taken,
+                chosen=[*chosen, (pool, fit)],
+                budget=budget,
+            )
+            taken[pool.name] -= cost
+            if found is not None:
+                return found
+        return None
+
+    def place(
+        self, count: int, candidates: Sequence[Cluster], pinned: Sequence[PlacedReplica]
+    ) -> list[Placement]:
+        """Up to `count` new replicas, one at a time, each on the best candidate cluster.
+
+        A heap keyed by (replicas of this revision on the cluster, waste, name) holds every
+        cluster that fits one more; placing a replica changes only that cluster's free nodes,
+        so only its entry is recomputed.
+        """
+        on_cluster: dict[str, int] = {}
+        for r in pinned:
+            on_cluster[r.cluster] = on_cluster.get(r.cluster, 0) + 1
+        heap = []
+        for c in candidates:
+            choice = self.choose(c)
+            if choice is not None:
+                heap.append((on_cluster.get(c.name, 0), choice.waste, c.name, choice))
+        heapq.heapify(heap)
+        placed: list[Placement] = []
+        while heap and len(placed) < count:
+            replicas_there, _, name, choice = heapq.heappop(heap)
+            cluster = self.clusters[name]
+            placement = self.placement(cluster, choice)
+            self.charge(name, placement.pool_nodes)
+            placed.append(placement)
+            following = self.choose(cluster)
+            if following is not None:
+                heapq.heappush(heap, (replicas_there + 1, following.waste, name, following))
+        return placed
+
+    def why_not(self, cluster: Cluster) -> str:
+        """Why one more replica does not fit on `cluster`, per engine and pool."""
+        if not cluster.ready:
+            return "not Ready"
+        if not cluster.pools:
+            return "no node pools"
+        parts = []
+        for i, engine in enumerate(self.engines):
+            if not engine.selective:
+                continue
+            per_pool = []
+            for pool in sorted(cluster.pools, key=lambda p: p.name):
+                fit = self.matcher.fit(i, engine, pool.class_name)
+                if isinstance(fit, str):
+                    per_pool.append(f"pool {pool.name}: {fit}")
+                    continue
+                free = self.free[(cluster.name, pool.name)]
+                if free < engine.cost:
+                    per_pool.append(
+                        f"pool {pool.name}: not enough free nodes (need {engine.cost}, free "
+                        f"{max(free, 0)})"
+                    )
+            if len(per_pool) == len(cluster.pools):
+                parts.append(f"engine {engine.name}: " + "; ".join(per_pool))
+        return "; ".join(parts) or "engines do not fit together on its pools"
+
+    def placement(self, cluster: Cluster, choice: _Choice) -> Placement:
+        engines = []
+        nodes: dict[str, int] = {}
+        for engine, (pool, fit) in zip(self.engines, choice.pools, strict=True):
+            members = []
+            for idx, member in enumerate(engine.members):
+                devices = fit.devices[idx] if fit is not None else None
+                requests: list[dict[str, Any]] = []
+                if member.requests is not None and devices is not None:
+                    nodes[pool.name] = nodes.get(pool.name, 0) + member.pods * engine.copies
+                    for req, dev in zip(member.requests, devices, strict=True):
+                        if (dev.get("claim") or CLAIM_DRA) != CLAIM_DRA:
+                            continue
+                        request: dict[str, Any] = {
+                            "name": req.name,
+                            "count": req.count,
+                            "deviceClassName": dev.get("deviceClassName") or dev.get("driver"),
+                        }
+                        if req.selectors:
+                            request["selectors"] = [{"cel": s} for s in req.selectors]
+                        requests.append(request)
+                members.append(MemberPlacement(pool.name, tuple(requests)))
+            engines.append(EnginePlacement(engine.name, pool.name, tuple(members)))
+        return Placement(cluster.name, tuple(engines), nodes)
+
+
+def keep_pins(
+    own: Sequence[PlacedReplica], clusters: Mapping[str, Cluster], replicas: int
+) -> tuple[list[PlacedReplica], list[PlacedReplica]]:
+    """(kept, released): pins stay while their cluster exists; of more than `replicas`, those
+    on clusters that are not Ready go first, then the highest index."""
+    alive = [r for r in own if r.cluster in clusters]
+    gone = [r for r in own if r.cluster not in clusters]
+    alive.sort(key=lambda r: (not clusters[r.cluster].ready, replica_index(r.name), r.name))
+    return alive[:replicas], gone + alive[replicas:]
+
+
+def replica_index(name: str) -> int:
+    found = _INDEX.search(name)
+    return int(found.group(1)) if found else 1 << 30
+
+
+def schedule(
+    spec_engines: Sequence[Mapping[str, Any]],
+    *,
+    replicas: int,
+    cluster_selector: Callable[[Mapping[str, str]], bool],
+    clusters: Sequence[Mapping[str, Any]],
+    classes: Sequence[Mapping[str, Any]],
+    fleet: Sequence[PlacedReplica],
+    own: Sequence[PlacedReplica],
+    evaluate: Evaluate | None = None,
+    compile_check: Compile | None = None,
+    place_new: bool = True,
+    siblings: Sequence[PlacedReplica] = (),
+) -> Schedule:
+    """Keeps `own` pins that still have a cluster and places new replicas up to `replicas`.
+
+    `fleet` is every replica on the fleet (any deployment, any namespace); `own` are this
+    deployment's replicas of the revision being scheduled (a subset of `fleet` or not).
+    `place_new=False` only keeps pins (a revision whose engines are no longer in the spec).
+    `siblings` are the deployment's replicas of other revisions that stay (the stable ones
+    beside a canary): they count for spreading; their capacity is already in `fleet`.
+    `evaluate`/`compile_check` default to `plnt.cel.evaluate`/`plnt.cel.compile`.
+    """
+    if evaluate is None or compile_check is None:
+        from plnt import cel
+
+        evaluate = evaluate or cel.evaluate
+        compile_check = compile_check or cel.compile
+    engines = engines_of(spec_engines)
+    fleet_clusters = [cluster_of(c) for c in clusters]
+    by_name = {c.name: c for c in fleet_clusters}
+    sched = Scheduler(
+        engines, fleet_clusters, {c["metadata"]["name"]: c for c in classes}, evaluate
+    )
+
+    own_keys = {(r.namespace, r.name) for r in own}
+    for r in fleet:
+        if (r.namespace, r.name) not in own_keys:
+            sched.charge(r.cluster, r.pool_nodes)
+
+    kept, released = keep_pins(own, by_name, replicas)
+    gone = "".join(
+        f"; {r.name} released (cluster {r.cluster} is gone)"
+        for r in released
+        if r.cluster not in by_name
+    )
+    for r in kept:
+        sched.charge(r.cluster, r.pool_nodes)
+    needed = replicas - len(kept) if place_new else 0
+
+    invalid = _invalid_selectors(spec_engines, compile_check) if place_new else ""
+    if invalid:
+        msg = f"{_summary(len(kept), replicas)}{gone}; {invalid}"
+        return Schedule(kept, released, [], replicas, INVALID_NODE_SELECTOR, msg)
+
+    matching = sorted(
+        (c for c in fleet_clusters if cluster_selector(c.labels)), key=lambda c: c.name
+    )
+    ready = [c for c in matching if c.ready]
+    placed = sched.place(needed, ready, [*kept, *siblings]) if needed > 0 else []
+
+    total = len(kept) + len(placed)
+    head = _summary(total, replicas) + gone
+    if total >= replicas or not place_new:
+        return Schedule(kept, released, placed, replicas, SCHEDULED, head)
+    if not matching:
+        msg = f"{head}; no InferenceCluster matches clusterSelector"
+        msg += f" ({len(fleet_clusters)} on the fleet)"
+        return Schedule(kept, released, placed, replicas, NO_MATCHING_CLUSTERS, msg)
+    rejected = [f"cluster {c.name}: {sched.why_not(c)}" for c in matching]
+    unmatched = len(fleet_clusters) - len(matching)
+    listed = rejected[:MAX_LISTED_CLUSTERS]
+    if len(rejected) > len(listed):
+        listed.append(f"and {len(rejected) - len(listed)} more clusters")
+    if unmatched:
+        listed.append(f"{unmatched} clusters do not match clusterSelector")
+    msg = f"{head}; " + "; ".join(listed)
+    return Schedule(kept, released, placed, replicas, INSUFFICIENT_CAPACITY, msg)
+
+
+def _summary(placed: int, wanted: int) -> str:
+    return f"placed {placed} of {wanted} replicas"
+
+
+def _invalid_selectors(spec_engines: Sequence[Mapping[str, Any]], compile_check: Compile) -> str:
+    """Selectors that do not compile, by field path (each distinct expression checked once)."""
+    seen: dict[str, str] = {}
+    errors = []
+    for e, engine in enumerate(spec_engines):
+        for m, member in enumerate(engine.get("members") or []):
+            devices = (member.get("nodeSelector") or {}).get("devices") or []
+            for d, device in enumerate(devices):
+                for s, sel in enumerate(device.get("selectors") or []):
+                    expr = sel.get("cel") or ""
+                    if expr not in seen:
+                        try:
+                            compile_check(expr)
+                            seen[expr] = ""
+                        except Exception as err:
+                            seen[expr] = str(err)
+                    if seen[expr]:
+                        path = (
+                            f"spec.engines[{e}].members[{m}].nodeSelector.devices[{d}]"
+                            f".selectors[{s}].cel"
+                        )
+                        errors.append(f"{path}: {seen[expr]}")
+    return "; ".join(errors)

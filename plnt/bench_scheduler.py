@@ -1,0 +1,253 @@
+"""Benchmark: one ModelDeployment RunFunction over generated fleets, with the share spent in CEL.
+
+Sizes are (clusters, pools per cluster, replicas). Each cluster's pools cycle through three GPU
+classes (H100 x8, L40S x8, L4 x1). The deployment asks for `replicas` replicas of one member
+claiming 8 GPUs with two selectors (memory >= 40Gi by `quantity`, compute capability >= 9.0.0
+by `semver`), so only H100 pools fit. The fleet also holds as many replicas of another team's
+deployment (other namespace), which the scheduler must count. The request is built once,
+complete with required resources, as the gRPC server hands it to `run_function`; the timing
+covers reading it, scheduling, composing and writing the response.
+
+    python -m plnt.bench_scheduler          # prints one JSON object
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+
+SIZES = ((10, 4, 1), (100, 8, 100), (1000, 8, 100))
+TARGET_S = 0.5  # issue 5: one RunFunction at (1000, 8, 100)
+NODES_PER_POOL = 4
+SELECTORS = (
+    'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
+    'device.attributes["gpu.nvidia.com"].cudaComputeCapability.compareTo(semver("9.0.0")) >= 0',
+)
+GPUS = {
+    # class name: (GPUs per node, product, compute capability, memory)
+    "bench-h100-8x": (8, "NVIDIA H100 80GB HBM3", "9.0.0", "81559Mi"),
+    "bench-l40s-8x": (8, "NVIDIA L40S", "8.9.0", "46068Mi"),
+    "bench-l4-1x": (1, "NVIDIA L4", "8.9.0", "23034Mi"),
+}
+
+
+def inference_class(name: str) -> dict[str, Any]:
+    count, product, cc, memory = GPUS[name]
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceClass",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": [
+                {
+                    "name": "gpu",
+                    "claim": "DRA",
+                    "driver": "gpu.nvidia.com",
+                    "deviceClassName": "gpu.nvidia.com",
+                    "count": count,
+                    "attributes": {
+                        "productName": {"string": product},
+                        "architecture": {"string": "Hopper" if cc == "9.0.0" else "Ada Lovelace"},
+                        "cudaComputeCapability": {"version": cc},
+                        "driverVersion": {"version": "570.148.8"},
+                    },
+                    "capacity": {"memory": {"value": memory}},
+                }
+            ]
+        },
+    }
+
+
+def inference_cluster(index: int, pools: int) -> dict[str, Any]:
+    classes = sorted(GPUS)
+    pool_list = [
+        {"name": f"pool-{j}", "className": classes[(index + j) % len(classes)]}
+        for j in range(pools)
+    ]
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": {"name": f"cluster-{index:04d}", "labels": {"modelplane.ai/fleet": "bench"}},
+        "spec": {"nodePools": [p | {"nodeCount": NODES_PER_POOL} for p in pool_list]},
+        "status": {
+            "gateway": {"address": f"10.{index // 250}.{index % 250}.1"},
+            "pools": [p | {"nodeCapacity": NODES_PER_POOL} for p in pool_list],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
+        },
+    }
+
+
+def other_replica(index: int, cluster: dict[str, Any]) -> dict[str, Any]:
+    pool = cluster["status"]["pools"][0]["name"]
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelReplica",
+        "metadata": {
+            "name": f"other-{index}",
+            "namespace": "other-team",
+            "labels": {"modelplane.ai/deployment": "other", "modelplane.ai/revision": "0000000000"},
+        },
+        "spec": {
+            "clusterName": cluster["metadata"]["name"],
+            "engines": [
+                {
+                    "name": "other",
+                    "members": [
+                        {
+                            "role": "Standalone",
+                            "nodePoolName": pool,
+                            "deviceRequests": [
+                                {"name": "gpu", "count": 1, "deviceClassName": "gpu.nvidia.com"}
+                            ],
+                            "template": {
+                                "spec": {"containers": [{"name": "engine", "image": "x"}]}
+                            },
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def deployment(replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "bench", "namespace": "bench"},
+        "spec": {
+            "replicas": replicas,
+            "clusterSelector": {"matchLabels": {"modelplane.ai/fleet": "bench"}},
+            "engines": [
+                {
+                    "name": "llm",
+                    "members": [
+                        {
+                            "role": "Standalone",
+                            "nodeSelector": {
+                                "devices": [
+                                    {
+                                        "name": "gpu",
+                                        "count": 8,
+                                        "selectors": [{"cel": s} for s in SELECTORS],
+                                    }
+                                ]
+                            },
+                            "template": {
+                                "spec": {
+                                    "containers": [
+                                        {
+                                            "name": "engine",
+                                            "image": "vllm/vllm-openai:v0.23.0",
+                                            "args": ["--model=Qwen/Qwen3-235B-A22B-FP8"],
+                                        }
+                                    ]
+                                }
+                            },
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def _struct(obj: dict[str, Any]) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(obj)
+    return s
+
+
+def request(clusters: int, pools: int, replicas: int) -> fnv1.RunFunctionRequest:
+    """A complete RunFunctionRequest: the XR, and the fleet already answered as requirements."""
+    fleet = [inference_cluster(i, pools) for i in range(clusters)]
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.CopyFrom(_struct(deployment(replicas)))
+    answers = {
+        "inference-clusters": fleet,
+        "inference-classes": [inference_class(n) for n in sorted(GPUS)],
+        "model-replicas": [other_replica(i, fleet[i % clusters]) for i in range(replicas)],
+    }
+    for name, objs in answers.items():
+        req.required_resources[name].items.extend(fnv1.Resource(resource=_struct(o)) for o in objs)
+    return req
+
+
+class _Timed:
+    """Wraps a CEL entry point, adding up the time spent inside it."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+        self.seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.fn(*args)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+
+def run_once(req: fnv1.RunFunctionRequest) -> dict[str, Any]:
+    from functions.model_deployment import fn
+    from plnt import cel
+
+    evaluate, compile_ = _Timed(cel.evaluate), _Timed(cel.compile)
+    saved = cel.evaluate, cel.compile
+    cel.evaluate, cel.compile = evaluate, compile_
+    try:
+        start, start_cpu = time.perf_counter(), time.process_time()
+        rsp = fn.run_function(req)
+        wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    finally:
+        cel.evaluate, cel.compile = saved
+    cel_s = evaluate.seconds + compile_.seconds
+    placed = sum(1 for n in rsp.desired.resources if n.startswith("replica-"))
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "cel_s": cel_s,
+        "cel_evaluations": evaluate.calls,
+        "placed": placed,
+        "request_mb": req.ByteSize() / 1e6,
+    }
+
+
+def bench(sizes: tuple[tuple[int, int, int], ...] = SIZES, runs: int = 5) -> dict[str, Any]:
+    """Per size: the first (cold CEL cache) and the median of `runs` RunFunction calls, as wall
+    time and as this process's CPU time (which other load on the machine inflates less)."""
+    from plnt import cel
+
+    out: dict[str, Any] = {"target_s_at_1000x8x100": TARGET_S}
+    for clusters, pools, replicas in sizes:
+        req = request(clusters, pools, replicas)
+        cache_clear = getattr(cel.compile, "cache_clear", None)
+        if cache_clear is not None:
+            cache_clear()
+        cold = run_once(req)
+        warm = [run_once(req) for _ in range(runs)]
+        wall = statistics.median(r["wall_s"] for r in warm)
+        cel_s = statistics.median(r["cel_s"] for r in warm)
+        out[f"{clusters}x{pools}x{replicas}"] = {
+            "request_mb": round(cold["request_mb"], 2),
+            "placed": cold["placed"],
+            "cold_s": round(cold["wall_s"], 4),
+            "cold_cel_share": round(cold["cel_s"] / cold["wall_s"], 4),
+            "median_s": round(wall, 4),
+            "median_cpu_s": round(statistics.median(r["cpu_s"] for r in warm), 4),
+            "cel_share": round(cel_s / wall, 4) if wall else 0.0,
+            "cel_evaluations": cold["cel_evaluations"],
+        }
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(bench(), indent=2))  # noqa: T201

@@ -1,0 +1,132 @@
+"""Typed ModelDeployment spec, mirroring apis/modeldeployments/definition.yaml.
+
+Engines, pod templates, serving and modelCacheRef are ModelReplica's shapes
+(`plnt.models.model_replica`), with `nodeSelector.devices` on a member in place of the
+scheduler-resolved `nodePoolName`/`deviceRequests`. The composed ModelReplicas get the XR's
+own dicts verbatim (so nothing is lost to a model round trip); these models validate them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from plnt import xp
+from plnt.models.model_replica import EngineOf, MemberBase, ModelCacheRef, Serving, check_engines
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class Selector(_Model):
+    cel: str = Field(min_length=1, max_length=10240)
+
+
+class DeviceSelector(_Model):
+    name: str = Field(min_length=1, max_length=63)
+    count: int = Field(default=1, ge=1, le=64)
+    selectors: list[Selector] = Field(default_factory=list, max_length=8)
+
+
+class NodeSelector(_Model):
+    devices: list[DeviceSelector] = Field(min_length=1, max_length=16)
+
+
+class DeploymentMember(MemberBase):
+    """A member as the user writes it: the devices its pods need instead of a pinned pool."""
+
+    node_selector: NodeSelector | None = Field(default=None, alias="nodeSelector")
+
+
+Engine = EngineOf[DeploymentMember]
+
+
+class LabelSelectorRequirement(_Model):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+
+class ClusterSelector(_Model):
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, alias="matchExpressions"
+    )
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        return all(_requirement_holds(r, labels) for r in self.match_expressions)
+
+
+def _requirement_holds(req: LabelSelectorRequirement, labels: dict[str, str]) -> bool:
+    present = req.key in labels
+    return {
+        "In": present and labels.get(req.key) in req.values,
+        "NotIn": not present or labels.get(req.key) not in req.values,
+        "Exists": present,
+        "DoesNotExist": not present,
+    }[req.operator]
+
+
+class SmokeTest(_Model):
+    prompts: int = Field(default=10, ge=1)
+    ttft_budget_ms: float = Field(alias="ttftBudgetMs", gt=0)
+    tpot_budget_ms: float = Field(alias="tpotBudgetMs", gt=0)
+    max_tokens: int | None = Field(default=None, alias="maxTokens", ge=1)
+
+
+class Canary(_Model):
+    traffic_percent: int = Field(alias="trafficPercent", ge=1, le=100)
+    smoke_test: SmokeTest | None = Field(default=None, alias="smokeTest")
+
+    def replicas(self, total: int) -> int:
+        """Canary replicas beside `total` stable ones: ceil(total x percent / 100), at least 1."""
+        return max(1, math.ceil(total * self.traffic_percent / 100))
+
+
+class Autoscaling(_Model):
+    target_tokens_per_second: float = Field(alias="targetTokensPerSecond", gt=0)
+    min_replicas: int | None = Field(default=None, alias="minReplicas", ge=0)
+    max_replicas: int | None = Field(default=None, alias="maxReplicas", ge=0)
+
+
+class ModelDeploymentSpec(_Model):
+    engines: list[Engine] = Field(min_length=1, max_length=8)
+    serving: Serving = Field(default_factory=Serving)
+    model_cache_ref: ModelCacheRef | None = Field(default=None, alias="modelCacheRef")
+    replicas: int = Field(default=1, ge=0, le=1000)
+    cluster_selector: ClusterSelector = Field(
+        default_factory=ClusterSelector, alias="clusterSelector"
+    )
+    canary: Canary | None = None
+    autoscaling: Autoscaling | None = None
+
+
+def check(spec: ModelDeploymentSpec) -> None:
+    """The XRD's CEL rules, repeated: raises xp.InvalidInput naming the field."""
+    check_engines(list(spec.engines), spec.serving)
+    if not any(m.node_selector is not None for e in spec.engines for m in e.members):
+        raise xp.InvalidInput(
+            "spec.engines", "at least one member of the deployment needs a nodeSelector"
+        )
+    for i, engine in enumerate(spec.engines):
+        for j, member in enumerate(engine.members):
+            names = [d.name for d in (member.node_selector.devices if member.node_selector else [])]
+            for k, name in enumerate(names):
+                if names.index(name) != k:
+                    raise xp.InvalidInput(
+                        f"spec.engines[{i}].members[{j}].nodeSelector.devices[{k}].name",
+                        f"device request names must be unique: {name}",
+                    )
+    scaling = spec.autoscaling
+    if (
+        scaling
+        and scaling.min_replicas is not None
+        and scaling.max_replicas is not None
+        and scaling.min_replicas > scaling.max_replicas
+    ):
+        raise xp.InvalidInput("spec.autoscaling", "minReplicas must not exceed maxReplicas")

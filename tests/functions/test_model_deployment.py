@@ -1,0 +1,301 @@
+"""The ModelDeployment function end to end through `plnt render`: placement, pins, status."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.model_deployment import fn
+from plnt import render
+from plnt.revision import revision
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+FLEET = render.load_folder(EXAMPLES / "fleet")
+# Only this function's step: the canary gate (the next step) is tested on its own.
+SCHEDULE_ONLY = {
+    key: {**comp, "spec": {**comp["spec"], "pipeline": comp["spec"]["pipeline"][:1]}}
+    for key, comp in render.compositions().items()
+    if key == ("modelplane.ai/v1alpha1", "ModelDeployment")
+}
+
+
+def scenario(name: str) -> render.Scenario:
+    return render.load_scenario(EXAMPLES / name)
+
+
+def run(
+    xr: dict[str, Any],
+    observed: list[dict[str, Any]] = (),
+    required: list[dict[str, Any]] | None = None,
+) -> render.Rendered:
+    s = render.Scenario(
+        xr=xr,
+        required=FLEET if required is None else required,
+        observed=list(observed),
+        path=EXAMPLES,
+    )
+    return render.render(s, catalogue=SCHEDULE_ONLY)
+
+
+def condition(out: render.Rendered, typ: str) -> dict[str, Any]:
+    return next(c for c in out.xr["status"]["conditions"] if c["type"] == typ)
+
+
+def of_kind(out: render.Rendered, kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in out.composed if o["kind"] == kind}
+
+
+def as_observed(objs: list[dict[str, Any]], ready: bool = True) -> list[dict[str, Any]]:
+    """What Crossplane would observe after applying `objs`."""
+    out = []
+    for obj in objs:
+        seen = copy.deepcopy(obj)
+        seen["metadata"].pop("ownerReferences", None)
+        seen["status"] = {"conditions": [{"type": "Ready", "status": str(ready)}]}
+        out.append(seen)
+    return out
+
+
+def test_qwen3_spreads_three_replicas_over_three_clusters() -> None:
+    out = render.render(scenario("deploy-qwen3-8b"))
+    replicas = of_kind(out, "ModelReplica")
+    assert sorted(r["spec"]["clusterName"] for r in replicas.values()) == [
+        "coreweave-h100",
+        "coreweave-l40s",
+        "lab-l4",
+    ]
+    rev = revision(scenario("deploy-qwen3-8b").xr["spec"])
+    assert sorted(replicas) == [f"qwen3-8b-{rev[:6]}-{i}" for i in range(3)]
+    on_l4 = next(r for r in replicas.values() if r["spec"]["clusterName"] == "lab-l4")
+    member = on_l4["spec"]["engines"][0]["members"][0]
+    assert member["nodePoolName"] == "l4"
+    assert "nodeSelector" not in member
+    assert member["deviceRequests"] == [
+        {
+            "name": "gpu",
+            "count": 1,
+            "deviceClassName": "gpu.nvidia.com",
+            "selectors": [
+                {"cel": 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20Gi")) >= 0'}
+            ],
+        }
+    ]
+    labels = on_l4["metadata"]["labels"]
+    assert {k: labels[k] for k in labels if k.startswith("modelplane.ai/")} == {
+        "modelplane.ai/deployment": "qwen3-8b",
+        "modelplane.ai/revision": rev,
+        "modelplane.ai/cluster": "lab-l4",
+    }
+    endpoints = of_kind(out, "ModelEndpoint")
+    assert sorted(endpoints) == sorted(replicas)
+    ep = endpoints[on_l4["metadata"]["name"]]
+    assert ep["spec"]["url"] == f"http://198.51.100.7/ml-team/{on_l4['metadata']['name']}"
+    assert ep["metadata"]["labels"]["modelplane.ai/api"] == "OpenAI"
+    assert ep["metadata"]["labels"]["modelplane.ai/cluster"] == "lab-l4"
+    status = out.xr["status"]
+    assert status["replicas"] == {"total": 3, "ready": 0}
+    assert status["revisions"] == {"stable": rev}
+    assert [p["cluster"] for p in status["placements"]] == [
+        replicas[p["replica"]]["spec"]["clusterName"] for p in status["placements"]
+    ]
+    scheduled = condition(out, "ReplicasScheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("True", "Scheduled")
+    assert scheduled["message"] == "placed 3 of 3 replicas"
+    assert condition(out, "Ready")["status"] == "False"
+
+
+def test_shortfall_reports_placed_count_and_per_cluster_reasons() -> None:
+    out = render.render(scenario("deploy-shortfall"))
+    replicas = of_kind(out, "ModelReplica")
+    # four H100 nodes, one held by the research team's replica: three fit
+    assert [r["spec"]["clusterName"] for r in replicas.values()] == ["coreweave-h100"] * 3
+    cond = condition(out, "ReplicasScheduled")
+    assert (cond["status"], cond["reason"]) == ("False", "InsufficientCapacity")
+    msg = cond["message"]
+    assert msg.startswith("placed 3 of 6 replicas; ")
+    assert "cluster coreweave-h100: engine llama-405b: " in msg
+    assert "pool h100: not enough free nodes (need 1, free 0)" in msg
+    assert "cluster coreweave-l40s: " in msg and "false on device gpu" in msg
+    assert "cluster lab-l4: " in msg and "device gpu has 1 per node, 8 requested" in msg
+    assert out.xr["status"]["replicas"]["total"] == 3
+
+
+def test_gang_lands_on_the_h100_cluster_with_both_members_pinned() -> None:
+    out = render.render(scenario("deploy-gang"))
+    (replica,) = of_kind(out, "ModelReplica").values()
+    assert replica["spec"]["clusterName"] == "coreweave-h100"
+    members = replica["spec"]["engines"][0]["members"]
+    assert [(m["role"], m["nodePoolName"]) for m in members] == [
+        ("Leader", "h100"),
+        ("Worker", "h100"),
+    ]
+    assert all(m["deviceRequests"][0]["count"] == 8 for m in members)
+    assert all(len(m["deviceRequests"][0]["selectors"]) == 2 for m in members)
+    assert replica["metadata"]["annotations"]["plnt.work/pool-nodes"] == '{"h100": 2}'
+
+
+def test_prefill_decode_engines_share_one_cluster() -> None:
+    out = render.render(scenario("deploy-pd"))
+    (replica,) = of_kind(out, "ModelReplica").values()
+    assert [e["name"] for e in replica["spec"]["engines"]] == ["prefill", "decode"]
+    assert replica["spec"]["serving"]["mode"] == "PrefillDecode"
+    (placement,) = out.xr["status"]["placements"]
+    assert placement["cluster"] == replica["spec"]["clusterName"]
+    assert [e["name"] for e in placement["engines"]] == ["prefill", "decode"]
+
+
+def test_pinned_replica_stays_on_degraded_cluster_without_endpoint() -> None:
+    out = render.render(scenario("deploy-pinned"))
+    replicas = of_kind(out, "ModelReplica")
+    assert replicas["qwen3-8b-gfcbja-0"]["spec"]["clusterName"] == "lab-l4"
+    assert "qwen3-8b-gfcbja-2" not in replicas  # its cluster gpu-east is gone
+    assert replicas["qwen3-8b-gfcbja-3"]["spec"]["clusterName"] == "coreweave-l40s"
+    endpoints = of_kind(out, "ModelEndpoint")
+    assert sorted(endpoints) == ["qwen3-8b-gfcbja-1", "qwen3-8b-gfcbja-3"]
+    ready = condition(out, "ReplicasReady")
+    assert ready["status"] == "False"
+    assert "qwen3-8b-gfcbja-0 on lab-l4" in ready["message"]
+    assert "released (cluster gpu-east is gone)" in condition(out, "ReplicasScheduled")["message"]
+    assert out.xr["status"]["replicas"] == {"total": 3, "ready": 1}
+
+
+def test_names_and_pins_are_stable_across_reconciles() -> None:
+    first = render.render(scenario("deploy-qwen3-8b"))
+    xr = scenario("deploy-qwen3-8b").xr
+    second = run(xr, as_observed(first.composed))
+    assert of_kind(second, "ModelReplica").keys() == of_kind(first, "ModelReplica").keys()
+    for name, obj in of_kind(second, "ModelReplica").items():
+        assert obj["spec"] == of_kind(first, "ModelReplica")[name]["spec"]
+    assert second.xr["status"]["replicas"] == {"total": 3, "ready": 3}
+    assert condition(second, "ReplicasReady")["status"] == "True"
+
+
+def test_scaling_down_keeps_the_lowest_indexes() -> None:
+    first = render.render(scenario("deploy-qwen3-8b"))
+    xr = copy.deepcopy(scenario("deploy-qwen3-8b").xr)
+    xr["spec"]["replicas"] = 1
+    out = run(xr, as_observed(first.composed))
+    (name,) = of_kind(out, "ModelReplica")
+    assert name.endswith("-0")
+    assert list(of_kind(out, "ModelEndpoint")) == [name]
+
+
+def test_replicas_of_other_namespaces_take_capacity() -> None:
+    xr = copy.deepcopy(scenario("deploy-shortfall").xr)
+    without_research = [o for o in FLEET if o["kind"] != "ModelReplica"]
+    assert len(of_kind(run(xr, required=without_research), "ModelReplica")) == 4
+    assert len(of_kind(run(xr), "ModelReplica")) == 3
+
+
+def test_invalid_selector_sets_invalid_node_selector() -> None:
+    xr = copy.deepcopy(scenario("deploy-qwen3-8b").xr)
+    devices = xr["spec"]["engines"][0]["members"][0]["nodeSelector"]["devices"]
+    devices[0]["selectors"] = [{"cel": "device.attributes[ == "}]
+    out = run(xr)
+    cond = condition(out, "ReplicasScheduled")
+    assert (cond["status"], cond["reason"]) == ("False", "InvalidNodeSelector")
+    assert "spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel" in cond["message"]
+    assert of_kind(out, "ModelReplica") == {}
+
+
+def test_no_matching_clusters() -> None:
+    xr = copy.deepcopy(scenario("deploy-qwen3-8b").xr)
+    xr["spec"]["clusterSelector"] = {"matchLabels": {"modelplane.ai/region": "mars"}}
+    cond = condition(run(xr), "ReplicasScheduled")
+    assert (cond["status"], cond["reason"]) == ("False", "NoMatchingClusters")
+    assert cond["message"].startswith("placed 0 of 3 replicas; no InferenceCluster matches")
+
+
+def test_cluster_selector_expressions() -> None:
+    xr = copy.deepcopy(scenario("deploy-qwen3-8b").xr)
+    xr["spec"]["clusterSelector"] = {
+        "matchExpressions": [
+            {"key": "modelplane.ai/provider", "operator": "In", "values": ["coreweave"]}
+        ]
+    }
+    clusters = {r["spec"]["clusterName"] for r in of_kind(run(xr), "ModelReplica").values()}
+    assert clusters == {"coreweave-h100", "coreweave-l40s"}
+
+
+def test_requires_the_whole_fleet_in_every_namespace() -> None:
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(scenario("deploy-qwen3-8b").xr)
+    rsp = fn.run_function(req)
+    wanted = rsp.requirements.resources
+    assert {(n, s.kind) for n, s in wanted.items()} == {
+        ("inference-clusters", "InferenceCluster"),
+        ("inference-classes", "InferenceClass"),
+        ("model-replicas", "ModelReplica"),
+    }
+    for sel in wanted.values():
+        assert sel.WhichOneof("match") == "match_labels"
+        assert dict(sel.match_labels.labels) == {}
+        assert not sel.HasField("namespace")
+    assert len(rsp.desired.resources) == 0
+
+
+@pytest.mark.parametrize(
+    ("patch", "expect"),
+    [
+        (
+            {"engines": [{"name": "a", "members": [{"role": "Worker", "template": {}}]}]},
+            "spec.engines",
+        ),
+        ({"replicas": 1001}, "spec.replicas"),
+    ],
+)
+def test_invalid_spec_is_fatal(patch: dict, expect: str) -> None:
+    xr = copy.deepcopy(scenario("deploy-qwen3-8b").xr)
+    xr["spec"].update(patch)
+    with pytest.raises(render.PipelineError, match=expect):
+        run(xr)
+
+
+def test_fleet_examples_are_not_scenarios() -> None:
+    assert not (EXAMPLES / "fleet" / "xr.yaml").exists()
+    kinds = sorted({o["kind"] for o in FLEET})
+    assert kinds == ["InferenceClass", "InferenceCluster", "ModelReplica"]
+    for name in ("deploy-qwen3-8b", "deploy-gang", "deploy-pd", "deploy-shortfall"):
+        required = scenario(name).required
+        assert {o["metadata"]["name"] for o in required} == {o["metadata"]["name"] for o in FLEET}
+    assert yaml.safe_load((EXAMPLES / "deploy-pinned" / "xr.yaml").read_text())["kind"] == (
+        "ModelDeployment"
+    )
+
+
+def test_fleet_objects_are_read_through_their_shapes() -> None:
+    from google.protobuf import struct_pb2
+
+    from functions.model_deployment import reading
+
+    mr = copy.deepcopy(next(o for o in FLEET if o["kind"] == "ModelReplica"))
+    mr["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    mr["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+    mr["metadata"]["annotations"]["plnt.work/pool-nodes"] = '{"h100": 1}'
+    s = struct_pb2.Struct()
+    s.update(mr)
+    got = reading.read(s, reading.REPLICA)
+    assert set(got["metadata"]) == {"name", "namespace", "labels", "annotations"}
+    assert got["metadata"]["annotations"] == {"plnt.work/pool-nodes": '{"h100": 1}'}
+    (member,) = got["spec"]["engines"][0]["members"]
+    assert member == {
+        "role": "Standalone",
+        "nodePoolName": "h100",
+        "deviceRequests": [{"name": "gpu", "count": 4, "deviceClassName": "gpu.nvidia.com"}],
+    }
+    cluster = next(o for o in FLEET if o["kind"] == "InferenceCluster")
+    s = struct_pb2.Struct()
+    s.update(cluster)
+    got = reading.read(s, reading.CLUSTER)
+    assert got["status"] == {k: v for k, v in cluster["status"].items() if k != "providerConfigRef"}
+    assert "spec" not in got  # status reports the pools
+    del cluster["status"]["pools"]
+    s = struct_pb2.Struct()
+    s.update(cluster)
+    assert reading.read(s, reading.CLUSTER)["spec"] == {"nodePools": cluster["spec"]["nodePools"]}

@@ -1,0 +1,224 @@
+"""Revisions in ModelDeployment: canary start, promotion, rollback, roll-through, supersession."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from functions.model_deployment import revisions
+from plnt import render
+from plnt.models.model_deployment import ModelDeploymentSpec
+from plnt.revision import revision
+from tests.functions.test_model_deployment import (
+    SCHEDULE_ONLY,
+    as_observed,
+    condition,
+    of_kind,
+    run,
+    scenario,
+)
+
+GATE_FIGURES = {
+    "reason": "p95 TTFT 412.0 ms over the 250 ms budget",
+    "ttftMs": {"p50": 398.5, "p95": 412.0},
+    "tpotMs": {"p50": 18.1, "p95": 21.7},
+    "budgets": {"ttftMs": 250, "tpotMs": 40},
+    "measuredAt": "2024-01-01T00:00:00Z",
+}
+
+
+def deployment(replicas: int = 4, *, canary: bool = True, flag: str = "") -> dict[str, Any]:
+    xr = copy.deepcopy(scenario("deploy-qwen3-8b").xr)
+    xr["spec"]["replicas"] = replicas
+    if canary:
+        xr["spec"]["canary"] = {
+            "trafficPercent": 25,
+            "smokeTest": {"prompts": 10, "ttftBudgetMs": 250, "tpotBudgetMs": 40},
+        }
+    if flag:
+        xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["args"].append(
+            flag
+        )
+    return xr
+
+
+def by_revision(out: render.Rendered, kind: str = "ModelReplica") -> Counter[str]:
+    return Counter(
+        o["metadata"]["labels"]["modelplane.ai/revision"] for o in of_kind(out, kind).values()
+    )
+
+
+@pytest.fixture
+def stable() -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """Revision A running 4 replicas, all Ready, remembered in the XR status."""
+    xr = deployment()
+    out = run(xr)
+    rev = revision(xr["spec"])
+    assert by_revision(out) == {rev: 4}
+    return xr, as_observed(out.composed), rev
+
+
+def with_status(xr: dict[str, Any], **status: Any) -> dict[str, Any]:
+    out = copy.deepcopy(xr)
+    out["status"] = status
+    return out
+
+
+def start_canary(stable) -> tuple[dict[str, Any], list[dict[str, Any]], str, str]:
+    _, observed, rev_a = stable
+    changed = deployment(flag="--enable-prefix-caching")
+    rev_b = revision(changed["spec"])
+    out = run(with_status(changed, revisions={"stable": rev_a}), observed)
+    return changed, observed + as_observed(out.composed), rev_a, rev_b
+
+
+def test_a_change_starts_canary_replicas_beside_the_stable_ones(stable) -> None:
+    _, observed, rev_a = stable
+    changed = deployment(flag="--enable-prefix-caching")
+    rev_b = revision(changed["spec"])
+    out = run(with_status(changed, revisions={"stable": rev_a}), observed)
+    assert by_revision(out) == {rev_a: 4, rev_b: 1}  # ceil(4 x 25%) = 1
+    assert by_revision(out, "ModelEndpoint") == {rev_a: 4, rev_b: 1}
+    status = out.xr["status"]
+    assert status["revisions"] == {"stable": rev_a, "canary": rev_b}
+    assert status["canary"] == {"revision": rev_b, "trafficPercent": 25, "replicas": 1}
+    assert status["replicas"]["total"] == 4
+    cond = condition(out, "Canary")
+    assert (cond["status"], cond["reason"]) == ("False", "AwaitingVerdict")
+
+
+def test_the_stable_revision_falls_back_to_observed_labels(stable) -> None:
+    _, observed, rev_a = stable
+    out = run(deployment(flag="--x"), observed)  # no status: the XR was just restored
+    assert out.xr["status"]["revisions"]["stable"] == rev_a
+    assert by_revision(out)[rev_a] == 4
+
+
+def test_pass_promotes_the_canary(stable) -> None:
+    changed, observed, rev_a, rev_b = start_canary(stable)
+    gate = {"verdict": "Pass", "revision": rev_b, **GATE_FIGURES}
+    xr = with_status(changed, revisions={"stable": rev_a, "canary": rev_b}, canary={"gate": gate})
+    out = run(xr, observed)
+    assert by_revision(out) == {rev_b: 4}
+    assert by_revision(out, "ModelEndpoint") == {rev_b: 4}
+    canary_replica = next(
+        o for o in observed if o["metadata"]["labels"]["modelplane.ai/revision"] == rev_b
+    )
+    assert canary_replica["metadata"]["name"] in of_kind(out, "ModelReplica")  # kept, not remade
+    assert out.xr["status"]["revisions"] == {"stable": rev_b}
+    cond = condition(out, "Canary")
+    assert (cond["status"], cond["reason"]) == ("True", "Promoted")
+
+
+def test_fail_rolls_back_and_says_why(stable) -> None:
+    changed, observed, rev_a, rev_b = start_canary(stable)
+    gate = {"verdict": "Fail", "revision": rev_b, **GATE_FIGURES}
+    xr = with_status(changed, revisions={"stable": rev_a, "canary": rev_b}, canary={"gate": gate})
+    out = run(xr, observed)
+    assert by_revision(out) == {rev_a: 4}
+    assert by_revision(out, "ModelEndpoint") == {rev_a: 4}
+    status = out.xr["status"]
+    assert status["revisions"] == {"stable": rev_a}
+    assert status["canary"]["gate"]["verdict"] == "Fail"
+    cond = condition(out, "Canary")
+    assert (cond["status"], cond["reason"]) == ("False", "RolledBack")
+    assert "TTFT p50 398.5 ms, p95 412 ms (budget 250 ms)" in cond["message"]
+    assert "TPOT p50 18.1 ms, p95 21.7 ms (budget 40 ms)" in cond["message"]
+
+    # the next reconcile remembers the verdict: the failed revision is not tried again
+    after = run(with_status(changed, **status), as_observed(out.composed))
+    assert by_revision(after) == {rev_a: 4}
+    assert condition(after, "Canary")["reason"] == "RolledBack"
+
+
+def test_a_verdict_for_another_revision_is_ignored(stable) -> None:
+    changed, observed, rev_a, rev_b = start_canary(stable)
+    gate = {"verdict": "Pass", "revision": "0000000000", **GATE_FIGURES}
+    xr = with_status(changed, revisions={"stable": rev_a, "canary": rev_b}, canary={"gate": gate})
+    out = run(xr, observed)
+    assert by_revision(out) == {rev_a: 4, rev_b: 1}
+
+
+def test_the_verdict_may_come_through_the_pipeline_context(stable) -> None:
+    changed, observed, rev_a, rev_b = start_canary(stable)
+    s = render.Scenario(
+        xr=with_status(changed, revisions={"stable": rev_a, "canary": rev_b}),
+        required=render.load_folder(render.REPO_ROOT / "examples" / "fleet"),
+        observed=observed,
+        path=render.REPO_ROOT,
+    )
+    verdict = {"verdict": "Pass", "revision": rev_b, **GATE_FIGURES}
+    out = render.render(s, catalogue=SCHEDULE_ONLY, context={"plnt.work/canary-verdict": verdict})
+    assert by_revision(out) == {rev_b: 4}
+
+
+def test_a_change_during_a_canary_supersedes_it(stable) -> None:
+    _, observed, rev_a, rev_b = start_canary(stable)
+    newer = deployment(flag="--max-num-seqs=128")
+    rev_c = revision(newer["spec"])
+    out = run(with_status(newer, revisions={"stable": rev_a, "canary": rev_b}), observed)
+    assert by_revision(out) == {rev_a: 4, rev_c: 1}
+    assert out.xr["status"]["revisions"] == {"stable": rev_a, "canary": rev_c}
+
+
+def test_without_canary_a_change_rolls_straight_through(stable) -> None:
+    _, observed, rev_a = stable
+    changed = deployment(canary=False, flag="--enable-prefix-caching")
+    rev_b = revision(changed["spec"])
+    out = run(with_status(changed, revisions={"stable": rev_a}), observed)
+    assert by_revision(out) == {rev_b: 4}
+    assert out.xr["status"]["revisions"] == {"stable": rev_b}
+
+
+def test_scaling_and_placement_do_not_change_the_revision() -> None:
+    base = deployment()
+    other = copy.deepcopy(base)
+    other["spec"]["replicas"] = 9
+    other["spec"]["clusterSelector"] = {"matchLabels": {"a": "b"}}
+    other["spec"].pop("canary")
+    assert revision(base["spec"]) == revision(other["spec"])
+    assert revision(base["spec"]) != revision(deployment(flag="--x")["spec"])
+
+
+@pytest.mark.parametrize(
+    ("replicas", "percent", "expect"),
+    [(4, 25, 1), (4, 30, 2), (1, 1, 1), (10, 100, 10), (0, 50, 1)],
+)
+def test_canary_replicas(replicas: int, percent: int, expect: int) -> None:
+    spec = ModelDeploymentSpec.model_validate(
+        {
+            "engines": deployment()["spec"]["engines"],
+            "replicas": replicas,
+            "canary": {"trafficPercent": percent},
+        }
+    )
+    assert spec.canary is not None
+    assert spec.canary.replicas(spec.replicas) == expect
+    plan = revisions.plan(spec, "new", {"revisions": {"stable": "old"}}, Counter({"old": 2}))
+    assert plan.targets == {"old": replicas, "new": expect}
+
+
+def test_revision_is_letters_only_and_ignores_key_order() -> None:
+    spec = deployment()["spec"]
+    reordered = {k: spec[k] for k in reversed(list(spec))}
+    rev = revision(spec)
+    assert rev == revision(reordered)
+    assert len(rev) == 10
+    assert set(rev) <= set("abcdefghijklmnop")  # never a YAML number like 6521902e65
+
+
+def test_canary_example_spreads_the_canary_away_from_the_stable_replicas() -> None:
+    s = scenario("deploy-canary")
+    out = render.render(s, catalogue=SCHEDULE_ONLY)
+    stable, canary = s.xr["status"]["revisions"]["stable"], revision(s.xr["spec"])
+    clusters = {
+        rev: sorted(p["cluster"] for p in out.xr["status"]["placements"] if p["revision"] == rev)
+        for rev in (stable, canary)
+    }
+    assert clusters == {stable: ["coreweave-h100", "lab-l4"], canary: ["coreweave-l40s"]}
+    cond = condition(out, "ReplicasScheduled")
+    assert cond["message"] == "canary: placed 1 of 1 replicas; stable: 2 of 2 kept"
+    assert out.xr["status"]["revisions"] == {"stable": stable, "canary": canary}

@@ -1,0 +1,27 @@
+"""The scheduler benchmark runs and reports what it should (figures, not thresholds)."""
+
+from __future__ import annotations
+
+from plnt import bench_scheduler
+
+
+def test_bench_reports_each_size() -> None:
+    out = bench_scheduler.bench(sizes=((10, 4, 1), (12, 3, 5)), runs=1)
+    assert set(out) == {"target_s_at_1000x8x100", "10x4x1", "12x3x5"}
+    small = out["10x4x1"]
+    assert small["placed"] == 1
+    # two selectors on the two 8-GPU classes; the L4 class fails on count before any selector
+    assert small["cel_evaluations"] == 4
+    assert 0 <= small["cel_share"] <= 1
+    assert out["12x3x5"]["placed"] == 5
+
+
+def test_generated_fleet_mixes_three_gpu_classes() -> None:
+    req = bench_scheduler.request(3, 4, 2)
+    pools = {
+        p.struct_value.fields["className"].string_value
+        for item in req.required_resources["inference-clusters"].items
+        for p in item.resource.fields["status"].struct_value.fields["pools"].list_value.values
+    }
+    assert pools == set(bench_scheduler.GPUS)
+    assert len(req.required_resources["model-replicas"].items) == 2

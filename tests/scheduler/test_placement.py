@@ -1,0 +1,299 @@
+"""Placement rules of the fleet scheduler, one table row per rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.model_deployment import scheduler
+from tests.scheduler.fleet import (
+    StubCel,
+    cluster,
+    engine,
+    klass,
+    member,
+    placed,
+    run,
+    where,
+)
+
+H100 = ("gpu-h100", "h100", 4)
+L40S = ("gpu-l40s", "l40s", 4)
+L4 = ("gpu-l4", "l4", 4)
+
+CASES = {
+    "spreads one per cluster before doubling up": {
+        "engines": [engine()],
+        "clusters": [cluster("a", [H100]), cluster("b", [L40S]), cluster("c", [L4])],
+        "replicas": 4,
+        "expect": [
+            ("c", ("gpu-l4",)),
+            ("a", ("gpu-h100",)),
+            ("b", ("gpu-l40s",)),
+            ("c", ("gpu-l4",)),
+        ],
+    },
+    "prefers the pool that wastes the fewest devices": {
+        "engines": [engine()],
+        "clusters": [cluster("a", [H100, L4])],
+        "replicas": 1,
+        "expect": [("a", ("gpu-l4",))],
+    },
+    "an 8-GPU request only fits 8-GPU devices": {
+        "engines": [engine("big", member(count=8))],
+        "clusters": [cluster("a", [L4]), cluster("b", [L40S])],
+        "replicas": 1,
+        "expect": [("b", ("gpu-l40s",))],
+    },
+    "every selector must hold": {
+        "engines": [engine("big", member(count=8, selectors=("mem>=40", "cc>=9.0")))],
+        "clusters": [cluster("a", [L40S]), cluster("b", [H100])],
+        "replicas": 1,
+        "expect": [("b", ("gpu-h100",))],
+    },
+    "new replicas go to Ready clusters only": {
+        "engines": [engine()],
+        "clusters": [cluster("a", [L4], ready=False), cluster("b", [H100])],
+        "replicas": 1,
+        "expect": [("b", ("gpu-h100",))],
+    },
+    "a gang costs leader + worker.nodes per copy": {
+        "engines": [engine("g", member("Leader"), member("Worker", nodes=2), copies=2)],
+        "clusters": [cluster("a", [("p", "h100", 5)]), cluster("b", [("p", "h100", 6)])],
+        "replicas": 1,
+        "expect": [("b", ("p",))],
+    },
+    "a member without nodeSelector costs nothing and lands on its engine's pool": {
+        "engines": [engine("g", member("Leader", selective=False), member("Worker", nodes=1))],
+        "clusters": [cluster("a", [("p", "h100", 1)])],
+        "replicas": 1,
+        "expect": [("a", ("p",))],
+    },
+    "an engine without any nodeSelector goes with the first engine's pool": {
+        "engines": [
+            engine("gpu", member(selectors=("mem>=10",))),
+            engine("r", member(selective=False)),
+        ],
+        "clusters": [cluster("a", [("cpu", "cpu", 9), L4])],
+        "classes": [klass("l4"), klass("cpu")],
+        "replicas": 1,
+        "expect": [("a", ("gpu-l4", "gpu-l4"))],
+    },
+    "all engines of a replica share its cluster, each with enough free nodes": {
+        "engines": [engine("prefill"), engine("decode", copies=2)],
+        "clusters": [cluster("a", [("x", "l4", 2), ("y", "l4", 1)])],
+        "replicas": 1,
+        "expect": [("a", ("y", "x"))],  # prefill gives way so decode's 2 copies fit on x
+    },
+    "clusters outside the selector are never used": {
+        "engines": [engine()],
+        "clusters": [
+            cluster("a", [L4], labels={"env": "dev"}),
+            cluster("b", [H100], labels={"env": "prod"}),
+        ],
+        "selector": lambda labels: labels.get("env") == "prod",
+        "replicas": 2,
+        "expect": [("b", ("gpu-h100",)), ("b", ("gpu-h100",))],
+    },
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_placement(case: dict) -> None:
+    case = dict(case)
+    expect = case.pop("expect")
+    engines, clusters, replicas = case.pop("engines"), case.pop("clusters"), case.pop("replicas")
+    result = run(engines, clusters, replicas, **case)
+    assert where(result) == expect
+    assert result.reason == scheduler.SCHEDULED
+    assert result.message == f"placed {replicas} of {replicas} replicas"
+
+
+def test_capacity_counts_every_deployments_replicas() -> None:
+    fleet = [placed("x-0", "a", {"gpu-l4": 3}), placed("y-0", "a", {"gpu-l4": 1})]
+    result = run([engine()], [cluster("a", [L4])], 1, fleet=fleet)
+    assert result.placed == []
+    assert result.reason == scheduler.INSUFFICIENT_CAPACITY
+    assert "placed 0 of 1 replicas" in result.message
+    assert "cluster a: engine llm: pool gpu-l4: not enough free nodes (need 1, free 0)" in (
+        result.message
+    )
+
+
+def test_shortfall_says_why_per_cluster_and_pool() -> None:
+    big = engine("big", member(count=8, selectors=("mem>=70",)))
+    clusters = [
+        cluster("a", [("h", "h100", 1)]),
+        cluster("b", [L40S, L4]),
+        cluster("c", [H100], ready=False),
+    ]
+    result = run([big], clusters, 3)
+    assert where(result) == [("a", ("h",))]
+    assert result.reason == scheduler.INSUFFICIENT_CAPACITY
+    msg = result.message
+    assert msg.startswith("placed 1 of 3 replicas; ")
+    assert "cluster a: engine big: pool h: not enough free nodes (need 1, free 0)" in msg
+    assert (
+        "pool gpu-l40s: member Standalone request gpu: selector `mem>=70` false on device gpu"
+        in msg
+    )
+    assert (
+        "pool gpu-l4: member Standalone request gpu: device gpu has 1 per node, 8 requested" in msg
+    )
+    assert "cluster c: not Ready" in msg
+
+
+def test_no_matching_clusters() -> None:
+    result = run([engine()], [cluster("a", [L4])], 2, selector=lambda labels: False)
+    assert result.reason == scheduler.NO_MATCHING_CLUSTERS
+    assert result.message == (
+        "placed 0 of 2 replicas; no InferenceCluster matches clusterSelector (1 on the fleet)"
+    )
+
+
+def test_unmatched_clusters_are_counted_in_a_shortfall() -> None:
+    clusters = [cluster("a", [("p", "l4", 0)], labels={"x": "1"}), cluster("b", [L4])]
+    result = run([engine()], clusters, 1, selector=lambda labels: labels.get("x") == "1")
+    assert result.reason == scheduler.INSUFFICIENT_CAPACITY
+    assert result.message.endswith("; 1 clusters do not match clusterSelector")
+
+
+def test_invalid_selector_names_the_field() -> None:
+    result = run([engine("e", member(selectors=("mem>=1", "syntax(")))], [cluster("a", [L4])], 1)
+    assert result.reason == scheduler.INVALID_NODE_SELECTOR
+    assert result.placed == []
+    assert (
+        "spec.engines[0].members[0].nodeSelector.devices[0].selectors[1].cel: Syntax error"
+        in result.message
+    )
+
+
+def test_a_selector_error_on_a_device_is_no_match_with_the_error() -> None:
+    result = run([engine("e", member(selectors=("error",)))], [cluster("a", [L4])], 1)
+    assert result.placed == []
+    assert "selector error on device gpu: no such attribute" in result.message
+
+
+def test_cel_runs_once_per_expression_and_device_kind() -> None:
+    cel = StubCel()
+    clusters = [cluster(f"c{i:02d}", [H100, L40S, L4]) for i in range(30)]
+    two = engine("e", member(selectors=("mem>=20", "cc>=8.0")))
+    result = run([two], clusters, 30, cel=cel)
+    assert len(result.placed) == 30
+    assert sorted(cel.evaluations) == sorted(set(cel.evaluations))
+    assert len(cel.evaluations) == 6  # 2 expressions x 3 classes
+
+
+def test_synthetic_devices_are_dropped_from_device_requests() -> None:
+    classes = [klass("l4"), klass("cpu", claim="Synthetic")]
+    engines = [engine("e", member(selectors=("mem>=0",)))]
+    result = run(engines, [cluster("a", [("cpu", "cpu", 2)])], 1, classes=classes)
+    (placement,) = result.placed
+    assert placement.engines[0].members[0].device_requests == ()
+    assert placement.pool_nodes == {"cpu": 1}
+
+    result = run(engines, [cluster("a", [L4])], 1, classes=classes)
+    assert result.placed[0].engines[0].members[0].device_requests == (
+        {
+            "name": "gpu",
+            "count": 1,
+            "deviceClassName": "gpu.nvidia.com",
+            "selectors": [{"cel": "mem>=0"}],
+        },
+    )
+
+
+def test_pins_survive_a_degraded_cluster_and_go_with_a_deleted_one() -> None:
+    own = [
+        placed("m-0", "degraded", {"gpu-l4": 1}, "m"),
+        placed("m-1", "deleted", {"gpu-l4": 1}, "m"),
+    ]
+    clusters = [cluster("degraded", [L4], ready=False), cluster("b", [L4])]
+    result = run([engine()], clusters, 2, own=own, fleet=own)
+    assert [r.name for r in result.kept] == ["m-0"]
+    assert [r.name for r in result.released] == ["m-1"]
+    assert where(result) == [("b", ("gpu-l4",))]
+    assert "m-1 released (cluster deleted is gone)" in result.message
+    assert result.reason == scheduler.SCHEDULED
+
+
+def test_scaling_down_releases_degraded_then_highest_index() -> None:
+    own = [
+        placed("m-0", "a", {"gpu-l4": 1}, "m"),
+        placed("m-1", "bad", {"gpu-l4": 1}, "m"),
+        placed("m-2", "a", {"gpu-l4": 1}, "m"),
+        placed("m-10", "a", {"gpu-l4": 1}, "m"),
+    ]
+    clusters = [cluster("a", [L4]), cluster("bad", [L4], ready=False)]
+    result = run([engine()], clusters, 2, own=own, fleet=own)
+    assert [r.name for r in result.kept] == ["m-0", "m-2"]
+    assert sorted(r.name for r in result.released) == ["m-1", "m-10"]
+    assert result.placed == []
+
+
+def test_pinned_replicas_count_for_spreading_and_capacity() -> None:
+    own = [placed("m-0", "a", {"gpu-l4": 3}, "m")]
+    clusters = [cluster("a", [L4]), cluster("b", [L4])]
+    result = run([engine()], clusters, 3, own=own, fleet=own)
+    assert where(result) == [("b", ("gpu-l4",)), ("a", ("gpu-l4",))]
+
+
+def test_keep_only_never_places() -> None:
+    result = scheduler.schedule(
+        [engine()],
+        replicas=3,
+        cluster_selector=lambda labels: True,
+        clusters=[cluster("a", [L4])],
+        classes=[klass("l4")],
+        fleet=[],
+        own=[placed("m-0", "a", {"gpu-l4": 1}, "m")],
+        evaluate=StubCel().evaluate,
+        compile_check=StubCel.compile,
+        place_new=False,
+    )
+    assert [r.name for r in result.kept] == ["m-0"]
+    assert result.placed == []
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expect"),
+    [
+        ({}, {"p": 3, "q": 1}),
+        ({scheduler.NODE_COST_ANNOTATION: '{"p": 7}'}, {"p": 7}),
+        ({scheduler.NODE_COST_ANNOTATION: "not json"}, {"p": 3, "q": 1}),
+    ],
+)
+def test_placed_replica_cost(annotations: dict, expect: dict) -> None:
+    obj = {
+        "metadata": {
+            "name": "r-0",
+            "namespace": "x",
+            "annotations": annotations,
+            "labels": {"modelplane.ai/deployment": "r"},
+        },
+        "spec": {
+            "clusterName": "a",
+            "engines": [
+                {
+                    "name": "g",
+                    "members": [
+                        {"role": "Leader", "nodePoolName": "p", "deviceRequests": [{"name": "g"}]},
+                        {
+                            "role": "Worker",
+                            "worker": {"nodes": 2},
+                            "nodePoolName": "p",
+                            "deviceRequests": [{"name": "g"}],
+                        },
+                    ],
+                },
+                {
+                    "name": "h",
+                    "members": [{"nodePoolName": "q", "deviceRequests": [{"name": "g"}]}],
+                },
+                {"name": "cpu", "members": [{"nodePoolName": "q"}]},
+            ],
+        },
+    }
+    replica = scheduler.placed_replica(obj)
+    assert dict(replica.pool_nodes) == expect
+    assert replica.engine_pools == (("g", "p"), ("h", "q"), ("cpu", "q"))
+    assert (replica.deployment, replica.cluster) == ("r", "a")
