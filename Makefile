@@ -11,8 +11,9 @@ setup:
 preview: setup
 	@.venv/bin/plnt render --tree --all examples
 
-## Lint and the whole test suite, with the real Crossplane CLI.
+## Lint and the whole test suite, with the real Crossplane CLI, Prometheus and kube-apiserver.
 test: setup
+	@hack/setup-test.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/pytest -n 2 -q

@@ -15,5 +15,3 @@ if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
   touch "$stamp"
 fi
 hack/install-crossplane.sh
-# The reconciler's query-path tests start a real Prometheus on loopback.
-hack/install-prometheus.sh

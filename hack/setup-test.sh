@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# What only the test suite needs, beyond hack/setup.sh: real servers the tests start on loopback.
+# Each step is idempotent and cached (Debian packages; binaries under .tools/bin).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+# The reconciler's query path runs against a real Prometheus (Debian's package).
+hack/install-prometheus.sh
+# Its Kubernetes write path runs against a real kube-apiserver (built from the Go module proxy)
+# and etcd (Debian's package).
+.venv/bin/python -m tests.reconcile.apiserver --install

@@ -1,0 +1,1 @@
+"""The thin reconciler: scales ModelDeployments toward a generated-tokens-per-second target."""

@@ -1,0 +1,163 @@
+"""`plnt reconcile`: scale ModelDeployments toward their tokens-per-second target.
+
+    plnt reconcile [--kubeconfig PATH] [--prometheus-url URL] [--interval SECONDS] [--once]
+                   [--max-step N] [--stabilization-seconds S] [--health-address HOST:PORT]
+
+With --once it lists ModelDeployments, makes one pass, prints one line per ModelDeployment and
+exits (1 if any write failed). Otherwise it watches ModelDeployments and reconciles every
+interval until SIGTERM, serving /healthz and /readyz.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from plnt.reconcile.decision import Policy
+
+if TYPE_CHECKING:
+    from plnt.reconcile.kube import Kube
+    from plnt.reconcile.loop import Reconciler
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="plnt reconcile", description="scale ModelDeployments toward a token rate"
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube)")
+    p.add_argument(
+        "--prometheus-url",
+        default="http://prometheus-operated.monitoring.svc:9090",
+        help="base URL of a Prometheus-compatible query API",
+    )
+    p.add_argument("--interval", type=float, default=30.0, help="seconds between passes")
+    p.add_argument("--once", action="store_true", help="one pass, print the decisions, exit")
+    p.add_argument("--max-step", type=int, default=4, help="most replicas added per decision")
+    p.add_argument(
+        "--stabilization-seconds",
+        type=float,
+        default=300.0,
+        help="how long the rate must stay low before scaling down",
+    )
+    p.add_argument("--rate-window", default="2m", help="PromQL range for rate() (e.g. 2m)")
+    p.add_argument(
+        "--stale-after",
+        type=float,
+        default=120.0,
+        help="seconds after which a deployment's newest sample counts as stale",
+    )
+    p.add_argument("--health-address", default="0.0.0.0:8081", help="HOST:PORT for probes")
+    p.add_argument("--debug", action="store_true", help="log at debug level")
+    return p
+
+
+def seconds(duration: str) -> float | None:
+    """A PromQL duration such as 90s, 2m or 1h in seconds; None if it is not that simple."""
+    match = re.fullmatch(r"(\d+)(ms|s|m|h)", duration)
+    if not match:
+        return None
+    return int(match[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+def _check(args: argparse.Namespace) -> str:
+    window = seconds(args.rate_window)
+    if window is None or window <= 0:
+        return f"--rate-window {args.rate_window!r}: give a duration like 90s or 2m"
+    if args.stabilization_seconds < window:
+        # rate() over a young series (a pod just added) reads low for one rate window; the
+        # stabilization window must outlast that or every scale-up invites a scale-down.
+        return "--stabilization-seconds must be at least the --rate-window"
+    if args.interval <= 0:
+        return "--interval must be > 0"
+    if args.max_step < 1:
+        return "--max-step must be >= 1"
+    if args.stabilization_seconds < 0:
+        return "--stabilization-seconds must be >= 0"
+    if args.stale_after <= 0:
+        return "--stale-after must be > 0"
+    return ""
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    problem = _check(args)
+    if problem:
+        sys.stderr.write(f"plnt reconcile: {problem}" + "\n")
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    if not args.debug:  # httpx logs every query URL at INFO
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    from plnt.reconcile import kube, loop, metrics
+
+    try:
+        api = kube.api_client(args.kubeconfig)
+    except Exception as err:  # any config problem is a usage error here
+        sys.stderr.write(f"plnt reconcile: cannot load Kubernetes config: {err}" + "\n")
+        return 2
+    cluster = kube.Kube(api)
+    prometheus = metrics.Prometheus(
+        args.prometheus_url, rate_window=args.rate_window, stale_after=args.stale_after
+    )
+    policy = Policy(max_step=args.max_step, stabilization_seconds=args.stabilization_seconds)
+    reconciler = loop.Reconciler(cluster, prometheus, policy)
+    try:
+        if args.once:
+            return _once(cluster, reconciler)
+        return _forever(args, cluster, reconciler)
+    finally:
+        prometheus.close()
+        api.close()
+
+
+def _once(cluster: Kube, reconciler: Reconciler) -> int:
+    from plnt.reconcile import kube
+
+    try:
+        items, _ = cluster.list_model_deployments()
+    except Exception as err:
+        sys.stderr.write(f"plnt reconcile: listing ModelDeployments: {kube.api_error(err)}" + "\n")
+        return 1
+    outcomes = reconciler.reconcile(items)
+    for outcome in outcomes:
+        sys.stdout.write(outcome.line() + "\n")
+    return 1 if any(o.error and o.decision for o in outcomes) else 0
+
+
+def _forever(args: argparse.Namespace, cluster: Kube, reconciler: Reconciler) -> int:
+    from plnt.reconcile import health, kube, loop
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    cache = kube.ModelDeploymentCache(cluster)
+    heartbeat = loop.Heartbeat(args.interval)
+    server = health.serve(
+        args.health_address,
+        alive=heartbeat.alive,
+        ready=lambda: cache.synced.is_set() and heartbeat.ready.is_set(),
+    )
+    watcher = threading.Thread(target=cache.run, args=(stop,), name="watch", daemon=True)
+    watcher.start()
+    while not cache.synced.wait(1.0):
+        if stop.is_set():
+            return 0
+    try:
+        loop.run(reconciler, cache.snapshot, args.interval, stop, heartbeat)
+    finally:
+        cache.close()
+        server.shutdown()
+    return 0
