@@ -1,0 +1,271 @@
+"""The Kubernetes CEL types and functions that DRA selectors use, declared for cel-expr-python.
+
+`kubernetes.Quantity` and `kubernetes.Semver` are CEL object types backed by small protobuf
+messages built at import time. CEL compares messages field by field, so a message holds only
+what Kubernetes' equality looks at: the exact value of a quantity (plus how Kubernetes stores
+it, which `isInteger()` reveals) and the version without its build metadata. Field names
+carry a `plnt_` prefix because CEL can select message fields and Kubernetes' opaque types
+have none (`semver("1.0.0").major` without parentheses must stay an error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+from functools import lru_cache
+
+from cel_expr_python import cel
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from plnt import quantity as q
+from plnt.cel import semver as sv
+
+# How Kubernetes stores a quantity, as far as `isInteger()` can tell.
+INT_AMOUNT, SCALED_AMOUNT, DECIMAL_AMOUNT = 0, 1, 2
+
+
+def _descriptor_pool() -> descriptor_pool.DescriptorPool:
+    proto = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(
+        name="plnt/kubernetes_cel.proto", package="kubernetes", syntax="proto3"
+    )
+    fields = {
+        "Quantity": [
+            ("plnt_value", proto.TYPE_STRING),
+            ("plnt_kind", proto.TYPE_INT32),
+            ("plnt_scale", proto.TYPE_INT32),
+        ],
+        "Semver": [
+            ("plnt_major", proto.TYPE_UINT64),
+            ("plnt_minor", proto.TYPE_UINT64),
+            ("plnt_patch", proto.TYPE_UINT64),
+            ("plnt_pre", proto.TYPE_STRING),
+        ],
+    }
+    for name, members in fields.items():
+        message = file.message_type.add(name=name)
+        for number, (field_name, field_type) in enumerate(members, start=1):
+            message.field.add(
+                name=field_name, number=number, type=field_type, label=proto.LABEL_OPTIONAL
+            )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return pool
+
+
+POOL = _descriptor_pool()
+QuantityMessage = message_factory.GetMessageClass(POOL.FindMessageTypeByName("kubernetes.Quantity"))
+SemverMessage = message_factory.GetMessageClass(POOL.FindMessageTypeByName("kubernetes.Semver"))
+QUANTITY = cel.Type("kubernetes.Quantity")
+SEMVER = cel.Type("kubernetes.Semver")
+
+
+def quantity_message(value: q.Quantity) -> QuantityMessage:
+    """An int64-convertible quantity is stored by value alone (so 1k == 1000); any other
+    keeps its Kubernetes scale, which isInteger(), add() and asApproximateFloat() depend on."""
+    if value.int_amount is None:
+        kind, scale = DECIMAL_AMOUNT, value.dec_scale
+    elif value.as_int64()[1]:
+        kind, scale = INT_AMOUNT, 0
+    else:
+        kind, scale = SCALED_AMOUNT, value.int_amount[1]
+    return QuantityMessage(plnt_value=str(value.value), plnt_kind=kind, plnt_scale=scale)
+
+
+def quantity_value(message: QuantityMessage) -> q.Quantity:
+    value, scale = Fraction(message.plnt_value), message.plnt_scale
+    if message.plnt_kind == DECIMAL_AMOUNT:
+        return q.Quantity(value, q.DECIMAL_SI, None, scale)
+    if message.plnt_kind == INT_AMOUNT:
+        return q.Quantity(value, q.DECIMAL_SI, (int(value), 0))
+    return q.Quantity(value, q.DECIMAL_SI, (int(value / Fraction(10) ** scale), scale))
+
+
+def semver_message(version: sv.Semver) -> SemverMessage:
+    return SemverMessage(
+        plnt_major=version.major,
+        plnt_minor=version.minor,
+        plnt_patch=version.patch,
+        plnt_pre=version.pre_string,
+    )
+
+
+@lru_cache(maxsize=1024)
+def _parse_quantity_cached(text: str) -> tuple[str, int, int]:
+    message = quantity_message(q.parse_quantity(text))
+    return message.plnt_value, message.plnt_kind, message.plnt_scale
+
+
+def _parse_quantity(text: str) -> QuantityMessage:
+    value, kind, scale = _parse_quantity_cached(text)
+    return QuantityMessage(plnt_value=value, plnt_kind=kind, plnt_scale=scale)
+
+
+@lru_cache(maxsize=4096)
+def _quantity_of(value: str, kind: int, scale: int) -> q.Quantity:
+    return quantity_value(QuantityMessage(plnt_value=value, plnt_kind=kind, plnt_scale=scale))
+
+
+def _as_integer(message: QuantityMessage) -> int:
+    value, ok = quantity_value(message).as_int64()
+    if not ok:
+        raise ValueError("cannot convert value to integer")
+    return value
+
+
+def _quantity_op(op: str) -> Callable:
+    def apply(left: QuantityMessage, right: QuantityMessage | int) -> QuantityMessage:
+        other = q.from_int(right) if isinstance(right, int) else quantity_value(right)
+        return quantity_message(getattr(quantity_value(left), op)(other))
+
+    return apply
+
+
+def _qcmp(left: QuantityMessage, right: QuantityMessage) -> int:
+    a = _quantity_of(left.plnt_value, left.plnt_kind, left.plnt_scale)
+    return a.compare(_quantity_of(right.plnt_value, right.plnt_kind, right.plnt_scale))
+
+
+@lru_cache(maxsize=4096)
+def _semver_of(major: int, minor: int, patch: int, pre: str) -> sv.Semver:
+    return sv.parse_semver(f"{major}.{minor}.{patch}" + (f"-{pre}" if pre else ""))
+
+
+def _scmp(left: SemverMessage, right: SemverMessage) -> int:
+    a = _semver_of(left.plnt_major, left.plnt_minor, left.plnt_patch, left.plnt_pre)
+    return a.compare(
+        _semver_of(right.plnt_major, right.plnt_minor, right.plnt_patch, right.plnt_pre)
+    )
+
+
+B, INT, S = cel.Type.BOOL, cel.Type.INT, cel.Type.STRING
+
+# name -> [(overload id, result, parameters, is_member, implementation)]
+OVERLOADS: dict[str, list[tuple[str, cel.Type, list[cel.Type], bool, Callable]]] = {
+    "quantity": [("string_to_quantity", QUANTITY, [S], False, _parse_quantity)],
+    "isQuantity": [("is_quantity_string", B, [S], False, q.is_quantity)],
+    "sign": [("quantity_sign", INT, [QUANTITY], False, lambda m: quantity_value(m).sign())],
+    "isGreaterThan": [
+        ("quantity_is_greater_than", B, [QUANTITY, QUANTITY], True, lambda a, b: _qcmp(a, b) > 0),
+        ("semver_is_greater_than", B, [SEMVER, SEMVER], True, lambda a, b: _scmp(a, b) > 0),
+    ],
+    "isLessThan": [
+        ("quantity_is_less_than", B, [QUANTITY, QUANTITY], True, lambda a, b: _qcmp(a, b) < 0),
+        ("semver_is_less_than", B, [SEMVER, SEMVER], True, lambda a, b: _scmp(a, b) < 0),
+    ],
+    "compareTo": [
+        ("quantity_compare_to", INT, [QUANTITY, QUANTITY], True, _qcmp),
+        ("semver_compare_to", INT, [SEMVER, SEMVER], True, _scmp),
+    ],
+    "asApproximateFloat": [
+        (
+            "quantity_get_float",
+            cel.Type.DOUBLE,
+            [QUANTITY],
+            True,
+            lambda m: quantity_value(m).as_approximate_float(),
+        )
+    ],
+    "asInteger": [("quantity_get_int", INT, [QUANTITY], True, _as_integer)],
+    "isInteger": [
+        ("quantity_is_integer", B, [QUANTITY], True, lambda m: quantity_value(m).as_int64()[1])
+    ],
+    "add": [
+        ("quantity_add", QUANTITY, [QUANTITY, QUANTITY], True, _quantity_op("add")),
+        ("quantity_add_int", QUANTITY, [QUANTITY, INT], True, _quantity_op("add")),
+    ],
+    "sub": [
+        ("quantity_sub", QUANTITY, [QUANTITY, QUANTITY], True, _quantity_op("sub")),
+        ("quantity_sub_int", QUANTITY, [QUANTITY, INT], True, _quantity_op("sub")),
+    ],
+    "semver": [
+        ("string_to_semver", SEMVER, [S], False, lambda s: semver_message(sv.parse_semver(s))),
+        (
+            "string_bool_to_semver",
+            SEMVER,
+            [S, B],
+            False,
+            lambda s, n: semver_message((sv.normalize_and_parse if n else sv.parse_semver)(s)),
+        ),
+    ],
+    "isSemver": [
+        ("is_semver_string", B, [S], False, sv.is_semver),
+        ("is_semver_string_bool", B, [S, B], False, sv.is_semver),
+    ],
+    "major": [("semver_major", INT, [SEMVER], True, lambda m: m.plnt_major)],
+    "minor": [("semver_minor", INT, [SEMVER], True, lambda m: m.plnt_minor)],
+    "patch": [("semver_patch", INT, [SEMVER], True, lambda m: m.plnt_patch)],
+}
+
+
+def _dispatch(overloads: list) -> Callable:
+    """cel-cpp dispatches on value kinds, and both of our types are messages: one callable
+    per arity picks the overload by the Python message class."""
+    by_types = {tuple(_py_type(p) for p in params): impl for _, _, params, _, impl in overloads}
+
+    def call(*args: object) -> object:
+        for types, impl in by_types.items():
+            if len(types) == len(args) and all(
+                t is None or isinstance(a, t) for t, a in zip(types, args, strict=True)
+            ):
+                return impl(*args)
+        raise TypeError("no such overload")
+
+    return call
+
+
+def _py_type(param: cel.Type) -> type | None:
+    return {"kubernetes.Quantity": QuantityMessage, "kubernetes.Semver": SemverMessage}.get(
+        param.name()
+    )
+
+
+def function_decls() -> list[cel.FunctionDecl]:
+    decls = []
+    for name, overloads in OVERLOADS.items():
+        impl = _dispatch(overloads)
+        arities_seen: set[tuple[int, bool, tuple]] = set()
+        built = []
+        for oid, result, params, member, _ in overloads:
+            kinds = (len(params), member, tuple(_py_type(p) is None for p in params))
+            first = kinds not in arities_seen
+            arities_seen.add(kinds)
+            built.append(
+                cel.Overload(oid, result, params, is_member=member, impl=impl)
+                if first
+                else cel.Overload(oid, result, params, is_member=member)
+            )
+        decls.append(cel.FunctionDecl(name, built))
+    return decls
+
+
+# The CEL extensions of the Kubernetes base environment that cel-expr-python ships.
+ENV_CONFIG = """
+name: plnt-dra
+extensions:
+  - name: strings
+    version: 2
+  - name: lists
+    version: latest
+  - name: sets
+  - name: two-var-comprehensions
+  - name: bindings
+  - name: optional
+"""
+
+
+DRIVER_VAR = "plnt__device_driver"
+CAPACITY_VAR = "plnt__device_capacity"
+
+
+def new_env() -> cel.Env:
+    return cel.NewEnv(
+        descriptor_pool=POOL,
+        config=cel.NewEnvConfigFromYaml(ENV_CONFIG),
+        variables={
+            "device": cel.Type.Map(S, cel.Type.DYN),
+            DRIVER_VAR: S,
+            CAPACITY_VAR: cel.Type.Map(S, cel.Type.Map(S, QUANTITY)),
+        },
+        functions=function_decls(),
+    )
