@@ -9,3 +9,5 @@ hack/install-prometheus.sh
 # Its Kubernetes write path runs against a real kube-apiserver (built from the Go module proxy)
 # and etcd (Debian's package).
 .venv/bin/python -m tests.reconcile.apiserver --install
+# The DRA CEL parity tests run Kubernetes' own CEL library through a small Go oracle.
+.venv/bin/python -c "from tests.cel.oracle import build_oracle; build_oracle()"
