@@ -1,0 +1,238 @@
+"""ModelReplica: one replica of a model rendered onto its pinned InferenceCluster.
+
+Reads the ModelReplica, the InferenceCluster named by ``spec.clusterName`` (required
+resource: its ``status.providerConfigRef.name`` reaches the cluster, ``status.gateway.address``
+makes the endpoint) and, with ``modelCacheRef``, the ModelCache (its ``status.pvcName``).
+Composes provider-kubernetes Objects in the replica's namespace on that cluster: the
+Namespace (never deleted: other replicas share it), ResourceClaimTemplates and a Deployment
+or LeaderWorkerSet per engine (workloads.py), and the serving surface of the serving mode
+(serving.py).
+
+Choices: until the cluster is known and has a ProviderConfig nothing is composed (an Object
+without a reachable cluster could never be deleted); a workload Object is ready only when
+its observed status shows every copy available, and ``WorkloadsReady`` says which engine
+waits for what; with a ModelCache that is not Ready yet, workloads wait (unless they already
+run) so engines never start on half-staged weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.model_replica import serving, workloads
+from functions.model_replica.replica import (
+    Replica,
+    kubernetes_object,
+    observed_manifest,
+)
+from plnt import conditions, labels, xp
+from plnt.models.model_replica import ModelReplicaSpec, check_engines
+
+API_VERSION = "modelplane.ai/v1alpha1"
+CLUSTER_REQUIREMENT = "inference-cluster"
+CACHE_REQUIREMENT = "model-cache"
+# The replica's namespace may be shared with other replicas: create and update it, never delete.
+NAMESPACE_POLICIES = ["Observe", "Create", "Update", "LateInitialize"]
+
+
+def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    rsp = xp.respond(req)
+
+    # --- inputs -------------------------------------------------------------------------------
+    xr = xp.composite(req)
+    meta = xr.get("metadata") or {}
+    spec = xp.parse(ModelReplicaSpec, xr.get("spec") or {}, "spec")
+    check_engines(spec.engines, spec.serving)
+    serving.check_ports(spec)
+    namespace = meta.get("namespace") or "default"
+    clusters = xp.require(
+        req, rsp, CLUSTER_REQUIREMENT, API_VERSION, "InferenceCluster", match_name=spec.cluster_name
+    )
+    caches: list[dict[str, Any]] | None = []
+    if spec.model_cache_ref:
+        caches = xp.require(
+            req,
+            rsp,
+            CACHE_REQUIREMENT,
+            API_VERSION,
+            "ModelCache",
+            match_name=spec.model_cache_ref.name,
+            namespace=namespace,
+        )
+    if clusters is None or caches is None:
+        return rsp  # Crossplane calls again with the required resources
+    cluster = clusters[0] if clusters else None
+
+    # --- decisions ----------------------------------------------------------------------------
+    missing = cluster_problem(spec.cluster_name, cluster)
+    if missing:
+        hold(rsp, spec, missing)
+        return rsp
+    assert cluster is not None
+    cluster_status = cluster.get("status") or {}
+    pvc_name, cache_wait = model_cache(spec, caches[0] if caches else None, namespace)
+    replica = Replica(
+        name=meta["name"],
+        namespace=namespace,
+        spec=spec,
+        provider_config=cluster_status["providerConfigRef"]["name"],
+        deployment=(meta.get("labels") or {}).get(labels.DEPLOYMENT),
+        pvc_name=pvc_name,
+    )
+    for warning in unknown_pools(spec, cluster_status):
+        xp.warning(rsp, warning)
+    if spec.serving.endpoint_picker and not replica.prefill_decode:
+        xp.warning(rsp, "serving.endpointPicker is ignored: Unified serving has no endpoint picker")
+    observed = xp.observed_resources(req)
+
+    # --- desired resources --------------------------------------------------------------------
+    compose(
+        rsp,
+        replica,
+        observed,
+        "namespace",
+        namespace_manifest(replica),
+        management_policies=NAMESPACE_POLICIES,
+    )
+    engine_status, waits = [], []
+    for engine in spec.engines:
+        for member in engine.members:
+            rct = workloads.resource_claim_template(replica, engine, member)
+            if rct:
+                compose(rsp, replica, observed, f"rct-{engine.name}-{member.role.lower()}", rct)
+        name = f"workload-{engine.name}"
+        available = workloads.available_copies(observed_manifest(observed.get(name)))
+        engine_status.append(
+            {"name": engine.name, "copies": engine.copies, "availableCopies": available}
+        )
+        if cache_wait and name not in observed:
+            waits.append(f"engine {engine.name} waits for {cache_wait}")
+            continue
+        workload = workloads.workload(replica, engine)
+        compose(rsp, replica, observed, name, workload)
+        if available < engine.copies:
+            waits.append(
+                f"engine {engine.name} waits for its {workload['kind']} "
+                f"{workload['metadata']['name']}: {available}/{engine.copies} copies available"
+            )
+    for key, manifest in serving.SURFACES[spec.serving.mode](replica).items():
+        compose(rsp, replica, observed, f"serving-{key}", manifest)
+
+    # --- status -------------------------------------------------------------------------------
+    xp.set_status(
+        rsp,
+        {
+            "endpoint": serving.endpoint(
+                replica, (cluster_status.get("gateway") or {}).get("address")
+            ),
+            "engines": engine_status,
+        },
+    )
+    if waits:
+        xp.set_conditions(rsp, conditions.waiting(conditions.WORKLOADS_READY, "; ".join(waits)))
+    else:
+        xp.set_conditions(
+            rsp,
+            conditions.available(
+                conditions.WORKLOADS_READY,
+                f"every copy of {len(spec.engines)} engine(s) is available",
+            ),
+        )
+    return rsp
+
+
+def cluster_problem(name: str, cluster: dict[str, Any] | None) -> str | None:
+    """Why the pinned cluster cannot be reached yet, or None when it can."""
+    if cluster is None:
+        return f"InferenceCluster {name} not found"
+    ref = ((cluster.get("status") or {}).get("providerConfigRef") or {}).get("name")
+    if not ref:
+        return f"InferenceCluster {name} has no providerConfigRef yet"
+    return None
+
+
+def hold(rsp: fnv1.RunFunctionResponse, spec: ModelReplicaSpec, why: str) -> None:
+    """Composes nothing, keeps the replica not Ready, and says why."""
+    xp.set_status(
+        rsp,
+        {
+            "endpoint": "",
+            "engines": [
+                {"name": e.name, "copies": e.copies, "availableCopies": 0} for e in spec.engines
+            ],
+        },
+    )
+    xp.set_conditions(
+        rsp,
+        conditions.waiting(
+            conditions.WORKLOADS_READY,
+            f"{why}: nothing is composed until it is",
+            reason=conditions.MISSING_DEPENDENCY,
+        ),
+    )
+    xp.set_composite_ready(rsp, False)
+
+
+def model_cache(
+    spec: ModelReplicaSpec, cache: dict[str, Any] | None, namespace: str
+) -> tuple[str | None, str | None]:
+    """(PVC to mount, what workloads wait for) for the replica's modelCacheRef."""
+    if spec.model_cache_ref is None:
+        return None, None
+    name = spec.model_cache_ref.name
+    if cache is None:
+        return None, f"ModelCache {name} (not found in namespace {namespace})"
+    cache_cluster = (cache.get("spec") or {}).get("clusterName")
+    if cache_cluster != spec.cluster_name:
+        return (
+            None,
+            f"ModelCache {name} (it stages onto cluster {cache_cluster}, not {spec.cluster_name})",
+        )
+    pvc = (cache.get("status") or {}).get("pvcName")
+    if not pvc:
+        return None, f"ModelCache {name} (no PVC yet)"
+    if not xp.is_ready(cache):
+        return pvc, f"ModelCache {name} (weights still staging)"
+    return pvc, None
+
+
+def unknown_pools(spec: ModelReplicaSpec, cluster_status: dict[str, Any]) -> list[str]:
+    pools = {p.get("name") for p in cluster_status.get("pools") or []}
+    if not pools:
+        return []
+    return [
+        f"engine {engine.name}: node pool {member.node_pool_name} is not among the cluster's pools"
+        for engine in spec.engines
+        for member in engine.members
+        if member.node_pool_name not in pools
+    ]
+
+
+def namespace_manifest(replica: Replica) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": replica.namespace}}
+
+
+def compose(
+    rsp: fnv1.RunFunctionResponse,
+    replica: Replica,
+    observed: dict[str, dict[str, Any]],
+    name: str,
+    manifest: dict[str, Any],
+    *,
+    management_policies: list[str] | None = None,
+) -> None:
+    """Composes ``manifest`` as an Object, ready only when the cluster shows it ready."""
+    obj = kubernetes_object(replica, manifest)
+    if management_policies:
+        obj["spec"]["managementPolicies"] = management_policies
+    xp.compose(rsp, name, obj, ready=object_ready(manifest, observed.get(name)))
+
+
+def object_ready(manifest: dict[str, Any], seen: dict[str, Any] | None) -> bool:
+    """Workloads: every copy available in the observed status; anything else: Object Ready."""
+    if manifest["kind"] in workloads.AVAILABLE_COPIES:
+        wanted = int(manifest["spec"].get("replicas", 1))
+        return seen is not None and workloads.available_copies(observed_manifest(seen)) >= wanted
+    return xp.is_ready(seen)

@@ -1,0 +1,200 @@
+"""function-model-cache through its real run_function, with Crossplane's requirement loop.
+
+Inputs are the example scenario examples/model-cache, changed per test.
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.model_cache import fn
+from plnt import render, runtime, xp
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CACHE = render.load_scenario(REPO / "examples" / "model-cache")
+
+
+def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    for obj in observed:
+        name = obj["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]
+        req.observed.resources[name].resource.update(obj)
+    previous = None
+    for _ in range(5):
+        rsp = runtime.call_sync(fn.run_function, req, "function-model-cache")
+        wanted = dict(rsp.requirements.resources)
+        if wanted == previous or not wanted:
+            return rsp
+        previous = wanted
+        req = copy.deepcopy(req)
+        req.required_resources.clear()
+        for name, sel in wanted.items():
+            req.required_resources[name].CopyFrom(render._fetch(required, sel))
+    raise AssertionError("requirements did not stabilise")
+
+
+def manifests(rsp: fnv1.RunFunctionResponse) -> dict[str, dict]:
+    return {
+        name: xp.to_dict(r.resource)["spec"]["forProvider"]["manifest"]
+        for name, r in rsp.desired.resources.items()
+    }
+
+
+def condition(rsp: fnv1.RunFunctionResponse) -> fnv1.Condition:
+    return next(c for c in rsp.conditions if c.type == fn.WEIGHTS_STAGED)
+
+
+def with_source(uri: str, **extra: str) -> dict:
+    xr = copy.deepcopy(CACHE.xr)
+    xr["spec"]["source"] = {"uri": uri, **extra}
+    return xr
+
+
+def job_observed(status: dict) -> list[dict]:
+    observed = copy.deepcopy(CACHE.observed)
+    rsp = run(CACHE.xr, CACHE.required, observed)
+    job = xp.to_dict(rsp.desired.resources["job"].resource)
+    job["metadata"] = {"name": "qwen3-8b-job", "annotations": {xp.COMPOSITION_RESOURCE_NAME: "job"}}
+    manifest = copy.deepcopy(job["spec"]["forProvider"]["manifest"])
+    manifest["status"] = status
+    job["status"] = {"atProvider": {"manifest": manifest}}
+    return [*observed, job]
+
+
+def test_example_composes_pvc_and_staging_job_on_the_cluster() -> None:
+    rsp = run(CACHE.xr, CACHE.required, CACHE.observed)
+    got = manifests(rsp)
+    assert set(got) == {"namespace", "pvc", "job"}
+    for name in got:
+        obj = xp.to_dict(rsp.desired.resources[name].resource)
+        assert obj["spec"]["providerConfigRef"] == {
+            "kind": "ClusterProviderConfig",
+            "name": "eks-l4",
+        }
+    pvc = got["pvc"]
+    assert pvc["metadata"] == {
+        "name": "qwen3-8b-weights",
+        "namespace": "ml-team",
+        "labels": {"modelplane.ai/model-cache": "qwen3-8b"},
+    }
+    assert pvc["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "40Gi"}},
+        "storageClassName": "efs-rwx",
+    }
+    pod = got["job"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == fn.DOWNLOADERS["hf"].image
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "LOCATION": "Qwen/Qwen3-8B@main",
+        "REPO": "Qwen/Qwen3-8B",
+        "REVISION": "main",
+    }
+    assert container["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+    assert pod["volumes"] == [
+        {"name": "weights", "persistentVolumeClaim": {"claimName": "qwen3-8b-weights"}}
+    ]
+    assert xp.to_dict(rsp.desired.composite.resource)["status"] == {"pvcName": "qwen3-8b-weights"}
+    assert condition(rsp).status == fnv1.STATUS_CONDITION_FALSE
+    assert rsp.desired.resources["job"].ready == fnv1.READY_FALSE
+    assert rsp.desired.resources["pvc"].ready == fnv1.READY_TRUE
+
+
+@pytest.mark.parametrize(
+    ("uri", "image", "location"),
+    [
+        ("s3://plnt-models/qwen3-8b/bf16", "amazon/aws-cli", "plnt-models/qwen3-8b/bf16"),
+        ("gs://plnt-models/qwen3-8b", "google-cloud-cli", "plnt-models/qwen3-8b"),
+        ("hf://Qwen/Qwen3-8B", "python", "Qwen/Qwen3-8B"),
+        ("https://example.com/m/model.gguf", "curlimages/curl", "example.com/m/model.gguf"),
+    ],
+)
+def test_a_downloader_per_scheme_reads_the_source_from_env(
+    uri: str, image: str, location: str
+) -> None:
+    job = manifests(run(with_source(uri), CACHE.required))["job"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert image in container["image"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["LOCATION"] == location
+    assert uri not in container["command"][-1]  # the script never embeds the URI
+    assert "envFrom" not in container
+
+
+def test_hf_revision_defaults_to_main() -> None:
+    job = manifests(run(with_source("hf://Qwen/Qwen3-8B"), CACHE.required))["job"]
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["REVISION"] == "main"
+
+
+def test_a_new_source_stages_with_a_new_job() -> None:
+    first = manifests(run(with_source("s3://a/b"), CACHE.required))["job"]["metadata"]["name"]
+    second = manifests(run(with_source("s3://a/c"), CACHE.required))["job"]["metadata"]["name"]
+    assert first != second
+    assert first.startswith("qwen3-8b-stage-")
+
+
+def test_staged_when_the_job_succeeded() -> None:
+    rsp = run(CACHE.xr, CACHE.required, job_observed({"succeeded": 1}))
+    assert condition(rsp).status == fnv1.STATUS_CONDITION_TRUE
+    assert all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
+
+
+def test_failed_job_says_so() -> None:
+    failed = {
+        "failed": 5,
+        "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
+    }
+    rsp = run(CACHE.xr, CACHE.required, job_observed(failed))
+    cond = condition(rsp)
+    assert cond.status == fnv1.STATUS_CONDITION_FALSE
+    assert cond.reason == "Failed"
+    assert "BackoffLimitExceeded" in cond.message
+
+
+def test_storage_class_comes_from_the_cluster_or_is_left_out() -> None:
+    xr = copy.deepcopy(CACHE.xr)
+    del xr["spec"]["storageClassName"]
+    cluster = copy.deepcopy(CACHE.required[0])
+    cluster["status"]["cache"] = {"storageClassName": "plnt-shared-vast"}
+    assert manifests(run(xr, [cluster]))["pvc"]["spec"]["storageClassName"] == "plnt-shared-vast"
+    assert "storageClassName" not in manifests(run(xr, CACHE.required))["pvc"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("required", "wants"),
+    [
+        ([], "InferenceCluster eks-l4 not found"),
+        (
+            [{**CACHE.required[0], "status": {}}],
+            "InferenceCluster eks-l4 has no providerConfigRef yet",
+        ),
+    ],
+    ids=["missing", "no-provider-config"],
+)
+def test_unreachable_cluster_composes_nothing(required: list[dict], wants: str) -> None:
+    rsp = run(CACHE.xr, required)
+    assert not rsp.desired.resources
+    assert wants in condition(rsp).message
+    assert rsp.desired.composite.ready == fnv1.READY_FALSE
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        ("source", {"uri": "ftp://example.com/model"}, "spec.source.uri"),
+        ("size", "lots", "spec.size"),
+        ("clusterName", "", "spec.clusterName"),
+    ],
+)
+def test_invalid_input_is_fatal(field: str, value: object, path: str) -> None:
+    xr = copy.deepcopy(CACHE.xr)
+    xr["spec"][field] = value
+    rsp = run(xr, CACHE.required)
+    (result,) = [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+    assert result.message.startswith(f"invalid input: {path}")

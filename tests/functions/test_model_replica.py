@@ -1,0 +1,573 @@
+"""function-model-replica through its real run_function, with Crossplane's requirement loop.
+
+Inputs are the example scenarios (examples/model-replica-*), changed per test; the rendered
+manifests are checked for content here and against Kubernetes' own validation in
+test_model_replica_validation.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.model_replica import fn, serving
+from plnt import labels, render, runtime, xp
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+QWEN = render.load_scenario(EXAMPLES / "model-replica-qwen3-8b")
+GANG = render.load_scenario(EXAMPLES / "model-replica-gang")
+PD = render.load_scenario(EXAMPLES / "model-replica-pd")
+CACHE = render.load_scenario(EXAMPLES / "model-replica-cache")
+READY = render.load_scenario(EXAMPLES / "model-replica-ready")
+INVALID = sorted((REPO / "tests" / "invalid" / "modelreplicas").glob("*.yaml"))
+
+
+def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
+    """Calls the function until its requirements are stable, answering them from `required`."""
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    for obj in observed:
+        name = obj["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]
+        req.observed.resources[name].resource.update(obj)
+    previous = None
+    for _ in range(5):
+        rsp = runtime.call_sync(fn.run_function, req, "function-model-replica")
+        wanted = dict(rsp.requirements.resources)
+        if wanted == previous or not wanted:
+            return rsp
+        previous = wanted
+        req = copy.deepcopy(req)
+        req.required_resources.clear()
+        for name, sel in wanted.items():
+            req.required_resources[name].CopyFrom(render._fetch(required, sel))
+    raise AssertionError("requirements did not stabilise")
+
+
+def run_scenario(scenario: render.Scenario, **changes: Any) -> fnv1.RunFunctionResponse:
+    return run(scenario.xr, changes.get("required", scenario.required), scenario.observed)
+
+
+def composed(rsp: fnv1.RunFunctionResponse) -> dict[str, dict]:
+    return {name: xp.to_dict(r.resource) for name, r in rsp.desired.resources.items()}
+
+
+def manifests(rsp: fnv1.RunFunctionResponse) -> dict[str, dict]:
+    return {name: obj["spec"]["forProvider"]["manifest"] for name, obj in composed(rsp).items()}
+
+
+def condition(rsp: fnv1.RunFunctionResponse, typ: str) -> fnv1.Condition:
+    return next(c for c in rsp.conditions if c.type == typ)
+
+
+def status(rsp: fnv1.RunFunctionResponse) -> dict:
+    return xp.to_dict(rsp.desired.composite.resource).get("status", {})
+
+
+def fatal(rsp: fnv1.RunFunctionResponse) -> str:
+    return "\n".join(r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL)
+
+
+def engine_container(pod: dict) -> dict:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "engine")
+
+
+def env(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container["env"]}
+
+
+# --- the seed example: one Standalone engine, Unified serving ------------------------------
+
+
+def test_seed_example_composes_claim_deployment_service_and_route() -> None:
+    rsp = run_scenario(QWEN)
+    got = manifests(rsp)
+    assert fatal(rsp) == ""
+    assert set(got) == {
+        "namespace",
+        "rct-qwen3-8b-standalone",
+        "workload-qwen3-8b",
+        "serving-service",
+        "serving-httproute",
+    }
+    assert {o["kind"] for o in got.values()} == {
+        "Namespace",
+        "ResourceClaimTemplate",
+        "Deployment",
+        "Service",
+        "HTTPRoute",
+    }
+    for obj in composed(rsp).values():
+        assert obj["apiVersion"] == "kubernetes.m.crossplane.io/v1alpha1"
+        assert obj["spec"]["providerConfigRef"] == {
+            "kind": "ClusterProviderConfig",
+            "name": "eks-l4",
+        }
+    assert all(m["metadata"].get("namespace", "ml-team") == "ml-team" for m in got.values())
+    assert composed(rsp)["namespace"]["spec"]["managementPolicies"] == [
+        "Observe",
+        "Create",
+        "Update",
+        "LateInitialize",
+    ]
+
+
+def test_seed_example_claim_template_asks_for_one_gpu() -> None:
+    rct = manifests(run_scenario(QWEN))["rct-qwen3-8b-standalone"]
+    assert rct["apiVersion"] == "resource.k8s.io/v1"
+    assert rct["metadata"]["name"] == "qwen3-8b-eks-l4-0-qwen3-8b-standalone"
+    assert rct["spec"]["spec"]["devices"]["requests"] == [
+        {
+            "name": "gpu",
+            "exactly": {
+                "deviceClassName": "gpu.nvidia.com",
+                "allocationMode": "ExactCount",
+                "count": 1,
+            },
+        }
+    ]
+
+
+def test_seed_example_deployment_pod() -> None:
+    deployment = manifests(run_scenario(QWEN))["workload-qwen3-8b"]
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    pod = spec["template"]
+    assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert pod["metadata"]["labels"] == {
+        labels.REPLICA: "qwen3-8b-eks-l4-0",
+        labels.ENGINE: "qwen3-8b",
+        labels.ROLE: "Standalone",
+        labels.SERVING: "true",
+    }
+    assert pod["spec"]["nodeSelector"] == {labels.POOL: "gpu-l4"}
+    assert {t["key"] for t in pod["spec"]["tolerations"]} >= {"nvidia.com/gpu", labels.GPU}
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "devices", "resourceClaimTemplateName": "qwen3-8b-eks-l4-0-qwen3-8b-standalone"}
+    ]
+    engine = engine_container(pod)
+    assert engine["image"] == "vllm/vllm-openai:v0.23.0"
+    assert engine["args"] == ["--model=Qwen/Qwen3-8B"]
+    assert engine["resources"] == {"claims": [{"name": "devices"}]}
+    assert engine["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
+    assert env(engine)["MODELPLANE_LEADER_ADDRESS"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "status.podIP"}
+    }
+    assert env(engine)["MODELPLANE_RANK"]["value"] == "0"
+
+
+def test_seed_example_service_and_route_on_the_cluster_gateway() -> None:
+    got = manifests(run_scenario(QWEN))
+    svc, route = got["serving-service"], got["serving-httproute"]
+    assert svc["spec"]["selector"] == {labels.REPLICA: "qwen3-8b-eks-l4-0", labels.SERVING: "true"}
+    assert svc["spec"]["ports"] == [
+        {"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"}
+    ]
+    (rule,) = route["spec"]["rules"]
+    assert route["spec"]["parentRefs"] == [
+        {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "name": "plnt-inference",
+            "namespace": "plnt-system",
+        }
+    ]
+    assert rule["matches"] == [
+        {"path": {"type": "PathPrefix", "value": "/ml-team/qwen3-8b-eks-l4-0/"}}
+    ]
+    assert rule["filters"][0]["urlRewrite"]["path"] == {
+        "type": "ReplacePrefixMatch",
+        "replacePrefixMatch": "/",
+    }
+    assert rule["backendRefs"] == [{"name": svc["metadata"]["name"], "port": 8000}]
+
+
+def test_seed_example_waits_for_its_deployment() -> None:
+    rsp = run_scenario(QWEN)
+    cond = condition(rsp, "WorkloadsReady")
+    assert cond.status == fnv1.STATUS_CONDITION_FALSE
+    assert "engine qwen3-8b waits for its Deployment" in cond.message
+    assert "0/1 copies available" in cond.message
+    assert status(rsp) == {
+        "endpoint": "http://198.51.100.20/ml-team/qwen3-8b-eks-l4-0",
+        "engines": [{"name": "qwen3-8b", "copies": 1, "availableCopies": 0}],
+    }
+    assert all(r.ready != fnv1.READY_TRUE for r in rsp.desired.resources.values())
+
+
+def test_ready_when_every_copy_is_available() -> None:
+    rsp = run_scenario(READY)
+    assert condition(rsp, "WorkloadsReady").status == fnv1.STATUS_CONDITION_TRUE
+    assert all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
+    assert status(rsp)["engines"] == [{"name": "qwen3-8b", "copies": 1, "availableCopies": 1}]
+    out = render.render(READY)
+    ready = next(c for c in out.xr["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+
+
+def test_not_ready_while_copies_are_missing() -> None:
+    observed = copy.deepcopy(READY.observed)
+    workload = next(
+        o
+        for o in observed
+        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME].startswith("workload-")
+    )
+    workload["status"]["atProvider"]["manifest"]["status"]["availableReplicas"] = 0
+    rsp = run(READY.xr, READY.required, observed)
+    assert rsp.desired.resources["workload-qwen3-8b"].ready == fnv1.READY_FALSE
+    assert rsp.desired.resources["serving-service"].ready == fnv1.READY_TRUE
+    assert "0/1 copies available" in condition(rsp, "WorkloadsReady").message
+
+
+# --- a gang: Leader + Worker as a LeaderWorkerSet ------------------------------------------
+
+
+def test_gang_is_one_leader_worker_set_of_two_nodes() -> None:
+    got = manifests(run_scenario(GANG))
+    assert {n for n in got if n.startswith("rct-")} == {
+        "rct-llama-405b-leader",
+        "rct-llama-405b-worker",
+    }
+    for role in ("leader", "worker"):
+        (request,) = got[f"rct-llama-405b-{role}"]["spec"]["spec"]["devices"]["requests"]
+        assert request["exactly"]["count"] == 8
+    lws = got["workload-llama-405b"]
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert lws["kind"] == "LeaderWorkerSet"
+    assert lws["spec"]["replicas"] == 1
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    leader, worker = template["leaderTemplate"], template["workerTemplate"]
+    assert leader["metadata"]["labels"][labels.ROLE] == "Leader"
+    assert worker["metadata"]["labels"][labels.ROLE] == "Worker"
+    assert labels.SERVING not in worker["metadata"]["labels"]
+    for pod in (leader, worker):
+        assert pod["metadata"]["labels"][labels.DEPLOYMENT] == "llama-405b"
+        engine = engine_container(pod)
+        assert env(engine)["MODELPLANE_LEADER_ADDRESS"]["value"] == "$(LWS_LEADER_ADDRESS)"
+        assert env(engine)["MODELPLANE_RANK"]["value"] == "$(LWS_WORKER_INDEX)"
+        assert env(engine)["HF_TOKEN"]["valueFrom"] == {
+            "secretKeyRef": {"name": "hf-token", "key": "token"}
+        }
+        assert engine["resources"]["requests"] == {"cpu": "32", "memory": "512Gi"}
+        assert engine["resources"]["claims"] == [{"name": "devices"}]
+    # A worker rank serves no HTTP; only the leader is probed.
+    assert "readinessProbe" in engine_container(leader)
+    assert "readinessProbe" not in engine_container(worker)
+    assert worker["spec"]["resourceClaims"][0]["resourceClaimTemplateName"].endswith("-worker")
+
+
+# --- prefill/decode ------------------------------------------------------------------------
+
+
+def test_pd_two_engine_workloads_with_3_and_2_copies() -> None:
+    got = manifests(run_scenario(PD))
+    workloads = {n: m for n, m in got.items() if n.startswith("workload-")}
+    assert {n: m["spec"]["replicas"] for n, m in workloads.items()} == {
+        "workload-prefill": 3,
+        "workload-decode": 2,
+    }
+
+
+def test_pd_claim_templates_copy_the_requests_verbatim() -> None:
+    got = manifests(run_scenario(PD))
+    wanted = {e["name"]: e["members"][0]["deviceRequests"][0] for e in PD.xr["spec"]["engines"]}
+    for engine, count in (("prefill", 1), ("decode", 2)):
+        (request,) = got[f"rct-{engine}-standalone"]["spec"]["spec"]["devices"]["requests"]
+        exactly = request["exactly"]
+        assert exactly["count"] == count
+        assert exactly["deviceClassName"] == "gpu.nvidia.com"
+        assert exactly["allocationMode"] == "ExactCount"
+        assert [s["cel"]["expression"] for s in exactly["selectors"]] == [
+            s["cel"] for s in wanted[engine]["selectors"]
+        ]
+
+
+def test_pd_inference_pool_picker_and_route() -> None:
+    got = manifests(run_scenario(PD))
+    pool = got["serving-inferencepool"]
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+    assert pool["spec"]["selector"]["matchLabels"] == {
+        labels.REPLICA: "qwen3-32b-pd-coreweave-h100-0",
+        labels.SERVING: "true",
+    }
+    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
+    picker = got["serving-epp-service"]
+    assert pool["spec"]["endpointPickerRef"]["name"] == picker["metadata"]["name"]
+    assert pool["spec"]["endpointPickerRef"]["port"] == {"number": 9002}
+    route = got["serving-httproute"]
+    assert route["spec"]["rules"][0]["backendRefs"] == [
+        {
+            "group": "inference.networking.k8s.io",
+            "kind": "InferencePool",
+            "name": pool["metadata"]["name"],
+        }
+    ]
+    deployment = got["serving-epp-deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == serving.EPP_IMAGE
+    assert f"--pool-name={pool['metadata']['name']}" in container["args"]
+    assert "--pool-namespace=ml-team" in container["args"]
+    assert (
+        deployment["spec"]["template"]["spec"]["serviceAccountName"] == picker["metadata"]["name"]
+    )
+    assert labels.SERVING not in deployment["spec"]["template"]["metadata"]["labels"]
+    text = got["serving-epp-config"]["data"]["epp-config.yaml"]
+    assert "&id" not in text  # no YAML anchors: every profile is written out
+    config = yaml.safe_load(text)
+    assert config["kind"] == "EndpointPickerConfig"
+    assert [p["name"] for p in config["schedulingProfiles"]] == ["prefill", "decode"]
+
+
+def test_pd_pods_carry_their_phase_and_decode_gets_the_routing_sidecar() -> None:
+    got = manifests(run_scenario(PD))
+    prefill = got["workload-prefill"]["spec"]["template"]
+    decode = got["workload-decode"]["spec"]["template"]
+    assert prefill["metadata"]["labels"][labels.PHASE] == "Prefill"
+    assert prefill["metadata"]["labels"]["llm-d.ai/role"] == "prefill"
+    assert decode["metadata"]["labels"][labels.PHASE] == "Decode"
+    assert decode["metadata"]["labels"]["llm-d.ai/role"] == "decode"
+    assert prefill["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+    assert "initContainers" not in prefill["spec"]
+    (sidecar,) = decode["spec"]["initContainers"]
+    assert sidecar["image"] == serving.ROUTING_SIDECAR_IMAGE
+    assert sidecar["restartPolicy"] == "Always"
+    assert "--port=8000" in sidecar["args"]
+    assert "--vllm-port=8200" in sidecar["args"]
+    assert engine_container(decode)["readinessProbe"]["httpGet"]["port"] == 8200
+    assert env(engine_container(decode))["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "status.podIP"}
+    }
+
+
+def test_pd_endpoint_picker_config_and_template_are_honoured() -> None:
+    xr = copy.deepcopy(PD.xr)
+    xr["spec"]["serving"]["endpointPicker"] = {
+        "config": {
+            "plugins": [{"type": "random-picker"}],
+            "schedulingProfiles": [
+                {"name": "default", "plugins": [{"pluginRef": "random-picker"}]}
+            ],
+        },
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": "picker", "image": "registry.example.com/epp:v1", "args": ["--v=4"]}
+                ],
+                "imagePullSecrets": [{"name": "registry"}],
+            }
+        },
+    }
+    got = manifests(run(xr, PD.required))
+    config = yaml.safe_load(got["serving-epp-config"]["data"]["epp-config.yaml"])
+    assert config["plugins"] == [{"type": "random-picker"}]
+    assert config["apiVersion"] == "inference.networking.x-k8s.io/v1alpha1"
+    pod = got["serving-epp-deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["name"] == "picker"
+    assert container["image"] == "registry.example.com/epp:v1"
+    assert container["args"][0].startswith("--pool-name=")
+    assert container["args"][-1] == "--v=4"
+    assert pod["imagePullSecrets"] == [{"name": "registry"}]
+
+
+def test_pd_gang_decode_engine_gets_the_sidecar_on_its_leader_only() -> None:
+    xr = copy.deepcopy(PD.xr)
+    decode = xr["spec"]["engines"][1]
+    leader = decode["members"][0]
+    leader["role"] = "Leader"
+    worker = copy.deepcopy(leader)
+    worker["role"] = "Worker"
+    worker["worker"] = {"nodes": 1}
+    worker["template"]["spec"]["containers"][0]["ports"] = []
+    decode["members"].append(worker)
+    got = manifests(run(xr, PD.required))
+    templates = got["workload-decode"]["spec"]["leaderWorkerTemplate"]
+    assert got["workload-decode"]["kind"] == "LeaderWorkerSet"
+    assert templates["leaderTemplate"]["spec"]["initContainers"][0]["name"] == "routing-sidecar"
+    assert "initContainers" not in templates["workerTemplate"]["spec"]
+    assert templates["leaderTemplate"]["metadata"]["labels"]["llm-d.ai/role"] == "decode"
+    assert "llm-d.ai/role" not in templates["workerTemplate"]["metadata"]["labels"]
+    assert templates["workerTemplate"]["metadata"]["labels"][labels.PHASE] == "Decode"
+
+
+def test_pd_decode_engine_on_the_sidecar_port_is_fatal() -> None:
+    xr = copy.deepcopy(PD.xr)
+    decode = xr["spec"]["engines"][1]["members"][0]["template"]["spec"]["containers"][0]
+    decode["ports"][0]["containerPort"] = 8000
+    rsp = run(xr, PD.required)
+    assert "spec.engines[1].members[0].template.spec.containers" in fatal(rsp)
+    assert "routing sidecar listens on 8000" in fatal(rsp)
+    assert not rsp.desired.resources
+
+
+# --- modelCacheRef and env from a Secret ---------------------------------------------------
+
+
+def test_cache_is_mounted_read_only_and_user_fields_pass_through() -> None:
+    got = manifests(run_scenario(CACHE))
+    pod = got["workload-qwen3-8b"]["spec"]["template"]
+    assert pod["spec"]["volumes"] == [
+        {
+            "name": "model-cache",
+            "persistentVolumeClaim": {"claimName": "qwen3-8b-weights", "readOnly": True},
+        }
+    ]
+    engine = engine_container(pod)
+    assert engine["volumeMounts"] == [
+        {"name": "model-cache", "mountPath": "/models", "readOnly": True}
+    ]
+    user = CACHE.xr["spec"]["engines"][0]["members"][0]["template"]
+    assert engine["args"] == user["spec"]["containers"][0]["args"]
+    assert [e for e in engine["env"] if not e["name"].startswith("MODELPLANE_")] == user["spec"][
+        "containers"
+    ][0]["env"]
+    assert engine["resources"]["limits"] == {"memory": "32Gi"}
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert pod["metadata"]["labels"]["team"] == "search"
+    assert got["workload-qwen3-8b"]["spec"]["replicas"] == 2
+
+
+def _cache(**status: Any) -> list[dict]:
+    required = copy.deepcopy(CACHE.required)
+    cache = next(o for o in required if o["kind"] == "ModelCache")
+    cache["status"] = status
+    return required
+
+
+@pytest.mark.parametrize(
+    ("required", "wants"),
+    [
+        pytest.param(
+            [o for o in CACHE.required if o["kind"] != "ModelCache"],
+            "ModelCache qwen3-8b (not found in namespace ml-team)",
+            id="missing",
+        ),
+        pytest.param(_cache(), "ModelCache qwen3-8b (no PVC yet)", id="no-pvc"),
+        pytest.param(
+            _cache(pvcName="qwen3-8b-weights"),
+            "ModelCache qwen3-8b (weights still staging)",
+            id="staging",
+        ),
+    ],
+)
+def test_workloads_wait_for_the_model_cache(required: list[dict], wants: str) -> None:
+    rsp = run(CACHE.xr, required)
+    assert fatal(rsp) == ""
+    got = composed(rsp)
+    assert "workload-qwen3-8b" not in got
+    assert {"rct-qwen3-8b-standalone", "serving-service", "serving-httproute"} <= set(got)
+    assert f"engine qwen3-8b waits for {wants}" in condition(rsp, "WorkloadsReady").message
+
+
+# --- a cluster that cannot be reached yet ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("required", "wants"),
+    [
+        pytest.param([], "InferenceCluster eks-l4 not found", id="missing"),
+        pytest.param(
+            [{**QWEN.required[0], "status": {"gateway": {"address": ""}}}],
+            "InferenceCluster eks-l4 has no providerConfigRef yet",
+            id="no-provider-config",
+        ),
+    ],
+)
+def test_unreachable_cluster_composes_nothing(required: list[dict], wants: str) -> None:
+    rsp = run(QWEN.xr, required)
+    assert fatal(rsp) == ""
+    assert not rsp.desired.resources
+    cond = condition(rsp, "WorkloadsReady")
+    assert cond.status == fnv1.STATUS_CONDITION_FALSE
+    assert cond.reason == "MissingDependency"
+    assert wants in cond.message
+    assert rsp.desired.composite.ready == fnv1.READY_FALSE
+    assert status(rsp)["engines"] == [{"name": "qwen3-8b", "copies": 1, "availableCopies": 0}]
+
+
+def test_endpoint_waits_for_the_gateway_address() -> None:
+    cluster = copy.deepcopy(QWEN.required[0])
+    cluster["status"]["gateway"] = {}
+    assert status(run(QWEN.xr, [cluster]))["endpoint"] == ""
+    cluster["status"]["gateway"] = {"address": "2001:db8::7"}
+    assert (
+        status(run(QWEN.xr, [cluster]))["endpoint"]
+        == "http://[2001:db8::7]/ml-team/qwen3-8b-eks-l4-0"
+    )
+
+
+def test_unknown_pool_is_a_warning() -> None:
+    cluster = copy.deepcopy(QWEN.required[0])
+    cluster["status"]["pools"] = [{"name": "gpu-a10", "className": "nvidia-a10-1x"}]
+    rsp = run(QWEN.xr, [cluster])
+    warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+    assert warnings == ["engine qwen3-8b: node pool gpu-l4 is not among the cluster's pools"]
+    assert "workload-qwen3-8b" in rsp.desired.resources
+
+
+def test_endpoint_picker_under_unified_is_a_warning() -> None:
+    xr = copy.deepcopy(QWEN.xr)
+    picker = {"name": "epp", "image": "registry.example.com/epp:v1"}
+    xr["spec"]["serving"] = {"endpointPicker": {"template": {"spec": {"containers": [picker]}}}}
+    rsp = run(xr, QWEN.required)
+    warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+    assert warnings == ["serving.endpointPicker is ignored: Unified serving has no endpoint picker"]
+    assert not any(name.startswith("serving-epp") for name in rsp.desired.resources)
+
+
+def test_unified_engines_must_share_one_http_port() -> None:
+    xr = copy.deepcopy(QWEN.xr)
+    second = copy.deepcopy(xr["spec"]["engines"][0])
+    second["name"] = "second"
+    second["members"][0]["template"]["spec"]["containers"][0]["ports"] = [
+        {"name": "http", "containerPort": 9000}
+    ]
+    xr["spec"]["engines"].append(second)
+    rsp = run(xr, QWEN.required)
+    assert "spec.engines: under Unified serving every engine serves on one http port" in fatal(rsp)
+
+
+# --- invalid input: every XRD rule is also the function's --------------------------------------
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def test_invalid_input_is_fatal_with_the_field_path(path: pathlib.Path) -> None:
+    (xr,) = render.load_yaml_docs(path)
+    expected = xr["metadata"]["annotations"]["plnt.work/expect-error"]
+    rsp = run(xr, QWEN.required)
+    assert expected in fatal(rsp)
+    assert fatal(rsp).startswith("invalid input: spec")
+    assert not rsp.desired.resources
+
+
+def test_invalid_cases_cover_every_cel_rule_of_the_xrd() -> None:
+    xrd = yaml.safe_load((REPO / "apis" / "modelreplicas" / "definition.yaml").read_text())
+    messages = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            messages.extend(v["message"] for v in node.get("x-kubernetes-validations") or [])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(xrd)
+    expected = {
+        render.load_yaml_docs(p)[0]["metadata"]["annotations"]["plnt.work/expect-error"]
+        for p in INVALID
+    }
+    assert len(messages) == 9
+    for message in messages:
+        assert any(e in message for e in expected), f"no invalid case for: {message}"

@@ -1,0 +1,123 @@
+"""Rendered ModelReplica and ModelCache manifests against the schemas the cluster enforces.
+
+Deployments, Services, ConfigMaps, Namespaces, PVCs, Jobs, RBAC objects, ResourceClaimTemplates
+and the pod templates inside LeaderWorkerSets go through Kubernetes' own strict decoding and
+validation (tests/k8svalidate, k8s.io/kubernetes v1.37); LeaderWorkerSets, HTTPRoutes and
+InferencePools through `crossplane beta validate` against ../shared/crds. The XRDs' schemas go
+through the API server's CRD validation, which compiles their CEL rules and bounds their cost.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import yaml
+
+from plnt import render
+from tests.conformance import crossplane_cli
+from tests.k8svalidate import runner
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCENARIOS = sorted(
+    p.parent
+    for pattern in ("model-replica-*/xr.yaml", "model-cache/xr.yaml")
+    for p in (REPO / "examples").glob(pattern)
+)
+XRDS = [
+    REPO / "apis" / "modelreplicas" / "definition.yaml",
+    REPO / "apis" / "modelcaches" / "definition.yaml",
+]
+CRD_KINDS = {"LeaderWorkerSet", "HTTPRoute", "InferencePool"}
+
+
+@pytest.fixture(scope="session")
+def k8svalidate(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return runner.build(tmp_path_factory.mktemp("k8svalidate"))
+
+
+def rendered_manifests(folder: pathlib.Path) -> list[dict]:
+    objs = render.render(render.load_scenario(folder)).composed
+    return crossplane_cli.embedded_manifests(objs)
+
+
+def as_crd(xrd: dict) -> dict:
+    """The CustomResourceDefinition an XRD's own schema becomes (Crossplane's additions aside)."""
+    spec = xrd["spec"]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": xrd["metadata"]["name"]},
+        "spec": {
+            "group": spec["group"],
+            "names": {**spec["names"], "listKind": f"{spec['names']['kind']}List"},
+            "scope": spec["scope"],
+            "versions": [
+                {
+                    "name": v["name"],
+                    "served": v["served"],
+                    "storage": True,
+                    "schema": v["schema"],
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": v.get("additionalPrinterColumns", []),
+                }
+                for v in spec["versions"]
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize("folder", SCENARIOS, ids=[p.name for p in SCENARIOS])
+def test_manifests_pass_kubernetes_validation(
+    folder: pathlib.Path, k8svalidate: pathlib.Path
+) -> None:
+    manifests = [m for m in rendered_manifests(folder) if runner.supported(m)]
+    assert manifests, "nothing to validate"
+    verdicts = runner.validate(k8svalidate, manifests)
+    assert {v.kind for v in verdicts} >= {"Namespace"}
+    failures = {f"{v.kind}/{v.name}": v.errors for v in verdicts if v.errors}
+    assert failures == {}
+
+
+@pytest.mark.parametrize("folder", SCENARIOS, ids=[p.name for p in SCENARIOS])
+def test_crd_kinds_pass_their_crds(
+    folder: pathlib.Path, crank: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    manifests = [m for m in rendered_manifests(folder) if m["kind"] in CRD_KINDS]
+    if not manifests:  # model-cache composes none of them
+        assert folder.name == "model-cache"
+        return
+    proc = crossplane_cli.validate(crank, crossplane_cli.third_party_crds(), manifests, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{len(manifests)} success cases" in proc.stdout
+    assert "0 missing schemas" in proc.stdout
+
+
+def test_pd_covers_pool_picker_and_rbac(k8svalidate: pathlib.Path) -> None:
+    kinds = sorted(m["kind"] for m in rendered_manifests(REPO / "examples" / "model-replica-pd"))
+    assert kinds.count("Deployment") == 3  # two engines and the endpoint picker
+    assert {"InferencePool", "HTTPRoute", "Role", "RoleBinding", "ServiceAccount"} <= set(kinds)
+
+
+@pytest.mark.parametrize("xrd", XRDS, ids=[p.parent.name for p in XRDS])
+def test_xrd_schema_passes_the_api_servers_crd_validation(
+    xrd: pathlib.Path, k8svalidate: pathlib.Path
+) -> None:
+    (verdict,) = runner.validate(k8svalidate, [as_crd(yaml.safe_load(xrd.read_text()))])
+    assert verdict.errors == []
+
+
+def test_the_validator_rejects_what_the_api_server_would(k8svalidate: pathlib.Path) -> None:
+    manifests = rendered_manifests(REPO / "examples" / "model-replica-qwen3-8b")
+    deployment = next(m for m in manifests if m["kind"] == "Deployment")
+    deployment["spec"]["replicas"] = -1
+    deployment["spec"]["template"]["spec"]["containers"][0]["bogus"] = True
+    rct = next(m for m in manifests if m["kind"] == "ResourceClaimTemplate")
+    rct["spec"]["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] = "Sometimes"
+    verdicts = {v.kind: v.errors for v in runner.validate(k8svalidate, [deployment, rct])}
+    assert any("bogus" in e for e in verdicts["Deployment"])
+    verdicts = {v.kind: v.errors for v in runner.validate(k8svalidate, [rct])}
+    assert any("allocationMode" in e for e in verdicts["ResourceClaimTemplate"])
+    del deployment["spec"]["template"]["spec"]["containers"][0]["bogus"]
+    (verdict,) = runner.validate(k8svalidate, [deployment])
+    assert any("spec.replicas" in e for e in verdict.errors)
