@@ -287,10 +287,13 @@ def _set_condition(conditions: list[dict[str, Any]], cond: dict[str, Any]) -> No
 
 
 def _stable_names(names: list[str], first_n: int = 3) -> str:
+    """Crossplane's StableNAndSomeMore, word for word: sorted, the first n, then a count."""
     names = sorted(names)
-    if len(names) <= first_n:
-        return ", ".join(names)
-    return f"{', '.join(names[:first_n])}, and {len(names) - first_n} more"
+    if len(names) > first_n:
+        return f"{', '.join(names[:first_n])}, and {len(names) - first_n} more"
+    if len(names) == first_n:
+        return f"{', '.join(names[: first_n - 1])}, and {names[first_n - 1]}"
+    return ", ".join(names)
 
 
 def render(

@@ -101,3 +101,15 @@ def test_composed_metadata_matches_crossplane() -> None:
             }
         ],
     }
+
+
+@pytest.mark.parametrize(
+    ("names", "want"),
+    [
+        (["b", "a"], "a, b"),
+        (["c", "b", "a"], "a, b, and c"),
+        (["d", "c", "b", "a", "e"], "a, b, c, and 2 more"),
+    ],
+)
+def test_unready_names_read_like_crossplanes(names: list[str], want: str) -> None:
+    assert render._stable_names(names) == want

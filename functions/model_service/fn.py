@@ -1,0 +1,222 @@
+"""ModelService (modelplane.ai/v1alpha1): one stable, weighted route over ModelEndpoints.
+
+Reads the ModelService, the ModelEndpoints in its namespace that each ``spec.endpoints[]``
+selector matches, and the ModelDeployments those endpoints belong to (label
+``modelplane.ai/deployment``), for their canary revision and ``canary.trafficPercent``.
+Composes, in its own namespace, one Gateway API HTTPRoute on the control-plane Gateway
+(``spec.gatewayRef``, default ``plnt-system/plnt-gateway``) that matches the path prefix
+``spec.path`` (default ``/<namespace>/<name>``) and splits traffic by weight over one
+backend per endpoint (backends.py says how endpoints outside the cluster are reached).
+
+Design choices:
+- Weights are integers summing to 1000 per ModelService, by largest remainder (weights.py),
+  so ``status.weights`` and the route agree exactly and nothing flaps between reconciles.
+- An endpoint of a degraded replica is simply absent: ModelDeployment drops it, the
+  selector no longer matches it, and its share goes to the others.
+- ``status.url`` is ``http://<host><path>``, the host being ``spec.hostnames[0]`` or the
+  Gateway's first status address.
+- An endpoint with a malformed spec, or whose host is in-cluster, loopback or link-local
+  (backends.refused_host), gets no traffic and a warning instead of failing the service.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterable
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.model_service import backends, weights
+from plnt import conditions, labels, xp
+from plnt.models.model_endpoint import ModelEndpointSpec
+from plnt.models.model_service import ModelServiceSpec
+
+MODELPLANE = "modelplane.ai/v1alpha1"
+ROUTE = "route"
+
+
+def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    rsp = xp.respond(req)
+    xr = xp.composite(req)
+    meta = xr.get("metadata") or {}
+    name, namespace = meta.get("name", ""), meta.get("namespace", "")
+    spec = xp.parse(ModelServiceSpec, xr.get("spec") or {}, "spec")
+    gateway = {"name": spec.gateway_ref.name, "namespace": spec.gateway_ref.namespace}
+
+    # inputs: endpoints per selector, the deployments they belong to, the gateway's address
+    selected, targets = selected_endpoints(req, rsp, spec, namespace)
+    endpoints = {ep["metadata"]["name"]: ep for found in selected for ep in found}
+    deployments = deployments_of(req, rsp, endpoints.values(), namespace)
+    gateways = xp.require(
+        req,
+        rsp,
+        "gateway",
+        backends.GATEWAY_API,
+        "Gateway",
+        match_name=gateway["name"],
+        namespace=gateway["namespace"],
+    )
+
+    # decisions: who gets how much
+    groups = [
+        weights.Group(group.weight, tuple(_endpoint(ep, deployments) for ep in _sorted(found)))
+        for group, found in zip(spec.endpoints, selected, strict=True)
+    ]
+    canary_percent = {d: _canary_percent(obj) for d, obj in deployments.items()}
+    exact = weights.shares(groups, canary_percent)
+    integers = weights.integer_weights(exact)
+    path = spec.route_path(namespace, name)
+
+    # desired resources: a backend per endpoint, one route over them
+    seen = xp.observed_resources(req)
+    refs = []
+    for ep_name in sorted(endpoints):
+        url, rewrite = targets[ep_name]
+        backend = backends.backend_name(name, ep_name)
+        for suffix, obj in backends.backend_objects(backend, url, rewrite):
+            key = f"{backend}-{suffix}"
+            xp.compose(rsp, key, obj, ready=key in seen)
+        refs.append(backends.backend_ref(backend, url, rewrite, integers[ep_name]))
+    route = backends.http_route(name, gateway, spec.hostnames, path, refs)
+    xp.compose(rsp, ROUTE, route, ready=_accepted(seen.get(ROUTE)))
+
+    # status
+    host = spec.hostnames[0] if spec.hostnames else _gateway_address(gateways)
+    status: dict[str, Any] = {
+        "weights": [
+            {"endpoint": n, "weight": integers[n], "percent": _percent(integers[n])}
+            for n in sorted(integers)
+        ],
+        "path": path,
+    }
+    if host:
+        status["url"] = f"http://{host}{path}"
+    xp.set_status(rsp, status)
+    routed = any(w > 0 for w in integers.values())
+    xp.set_conditions(
+        rsp,
+        xp.Condition(
+            conditions.ROUTED,
+            routed,
+            conditions.AVAILABLE if routed else conditions.NO_ENDPOINTS,
+            f"{sum(1 for w in integers.values() if w)} endpoint(s) receive traffic"
+            if routed
+            else "no selected ModelEndpoint exists yet; the route answers 503",
+        ),
+    )
+    return rsp
+
+
+def selected_endpoints(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    spec: ModelServiceSpec,
+    namespace: str,
+) -> tuple[list[list[dict[str, Any]]], dict[str, tuple[str, str | None]]]:
+    """Per group, the usable ModelEndpoints it selects; and (URL, rewrite) per endpoint name.
+
+    An endpoint with a malformed spec or a refused host is left out with a warning.
+    """
+    found_per_group = [
+        xp.require(
+            req,
+            rsp,
+            f"endpoints-{i}",
+            MODELPLANE,
+            "ModelEndpoint",
+            match_labels=group.selector.match_labels,
+            namespace=namespace,
+        )
+        or []
+        for i, group in enumerate(spec.endpoints)
+    ]
+    every = {ep["metadata"]["name"]: ep for found in found_per_group for ep in found}
+    targets = {}
+    for ep_name, ep in sorted(every.items()):
+        target, problem = _target(ep)
+        if problem:
+            xp.warning(rsp, f"ModelEndpoint {ep_name} {problem}; it gets no traffic")
+        else:
+            targets[ep_name] = target
+    usable = [
+        [ep for ep in found if ep["metadata"]["name"] in targets] for found in found_per_group
+    ]
+    return usable, targets
+
+
+def deployments_of(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    endpoints: Iterable[dict[str, Any]],
+    namespace: str,
+) -> dict[str, dict[str, Any]]:
+    """The ModelDeployments the endpoints' ``modelplane.ai/deployment`` labels name."""
+    names = {(ep["metadata"].get("labels") or {}).get(labels.DEPLOYMENT) for ep in endpoints}
+    out = {}
+    for dep in sorted(n for n in names if n):
+        found = xp.require(
+            req,
+            rsp,
+            f"deployment-{dep}",
+            MODELPLANE,
+            "ModelDeployment",
+            match_name=dep,
+            namespace=namespace,
+        )
+        if found:
+            out[dep] = found[0]
+    return out
+
+
+def _sorted(found: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    return sorted(found or [], key=lambda ep: ep["metadata"]["name"])
+
+
+def _endpoint(ep: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> weights.Endpoint:
+    ep_labels = ep["metadata"].get("labels") or {}
+    dep = ep_labels.get(labels.DEPLOYMENT)
+    canary_revision = (
+        (deployments.get(dep or "", {}).get("status") or {}).get("revisions") or {}
+    ).get("canary")
+    is_canary = bool(canary_revision) and ep_labels.get(labels.REVISION) == canary_revision
+    return weights.Endpoint(ep["metadata"]["name"], dep, is_canary)
+
+
+def _canary_percent(deployment: dict[str, Any]) -> int:
+    canary = (deployment.get("spec") or {}).get("canary") or {}
+    value = canary.get("trafficPercent")
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _target(ep: dict[str, Any]) -> tuple[tuple[str, str | None], str | None]:
+    """An endpoint's (URL, rewrite path), or why it gets no traffic."""
+    try:
+        spec = xp.parse(ModelEndpointSpec, ep.get("spec") or {}, "spec")
+    except xp.InvalidInput:
+        return ("", None), "has an invalid spec"
+    host = urllib.parse.urlsplit(spec.url).hostname or ""
+    refused = backends.refused_host(host)
+    if refused:
+        return ("", None), f"points at {refused} ({host})"
+    return (spec.url, spec.rewrite_path), None
+
+
+def _accepted(route: dict[str, Any] | None) -> bool:
+    for parent in ((route or {}).get("status") or {}).get("parents") or []:
+        for cond in parent.get("conditions") or []:
+            if cond.get("type") == "Accepted" and cond.get("status") == "True":
+                return True
+    return False
+
+
+def _gateway_address(found: list[dict[str, Any]] | None) -> str | None:
+    for gw in found or []:
+        for address in (gw.get("status") or {}).get("addresses") or []:
+            if address.get("value"):
+                return address["value"]
+    return None
+
+
+def _percent(weight: int) -> float:
+    return round(100 * weight / weights.TOTAL, 1)

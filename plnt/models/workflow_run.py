@@ -1,0 +1,80 @@
+"""WorkflowRun spec (plnt.work/v1), as its XRD states it.
+
+Every default, bound and enum of the XRD is repeated here; the XRD's CEL rules (replicas
+min <= max, the runtime/quantization pairs a runtime cannot serve, known gpuClasses) are
+checked by the function itself (presets.py, gpu_classes.py) so the messages name both values.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Runtime = Literal["vllm", "tgi", "trt-llm", "sglang"]
+Quantization = Literal["fp16", "fp8", "awq-4bit", "gptq-4bit"]
+STORAGE_URI_PATTERN = r"^(s3|gs|hf|https)://[^\s]+$"
+MAX_GPUS = 8
+MAX_REPLICAS = 64
+MAX_MEMORY_GIB = 4096
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        # the XRD has no nullable field: an explicit null is refused, not read as "unset"
+        if value is None:
+            raise ValueError("must not be null")
+        return value
+
+
+class ModelSource(_Model):
+    name: str = Field(min_length=1, max_length=253)
+    storage_uri: str | None = Field(
+        default=None, alias="storageUri", max_length=2048, pattern=STORAGE_URI_PATTERN
+    )
+    quantization: Quantization = "fp16"
+
+
+class Resources(_Model):
+    gpu: int = Field(default=1, ge=1, le=MAX_GPUS)
+    gpu_class: str = Field(alias="gpuClass", min_length=1, max_length=63)
+    memory_gib: int = Field(default=64, alias="memoryGiB", ge=1, le=MAX_MEMORY_GIB)
+
+
+class Replicas(_Model):
+    min: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+    max: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Replicas:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
+class Autoscaling(_Model):
+    target_tokens_per_second: int = Field(alias="targetTokensPerSecond", ge=1, le=10_000_000)
+
+
+class SmokeTest(_Model):
+    prompts: int = Field(default=10, ge=1, le=100)
+    ttft_budget_ms: int = Field(default=500, alias="ttftBudgetMs", ge=1, le=600_000)
+    tpot_budget_ms: int = Field(default=50, alias="tpotBudgetMs", ge=1, le=60_000)
+
+
+class Canary(_Model):
+    traffic_percent: int = Field(default=10, alias="trafficPercent", ge=1, le=100)
+    smoke_test: SmokeTest = Field(default_factory=SmokeTest, alias="smokeTest")
+
+
+class WorkflowRunSpec(_Model):
+    runtime: Runtime = "vllm"
+    model: ModelSource
+    resources: Resources
+    replicas: Replicas = Field(default_factory=Replicas)
+    autoscaling: Autoscaling | None = None
+    canary: Canary = Field(default_factory=Canary)

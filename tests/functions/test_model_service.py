@@ -1,0 +1,299 @@
+"""function-model-service through its real run_function: weights, canary shares, backends.
+
+The weights math is checked on hand-worked tables and, with hypothesis, on random services:
+integers that always sum to 1000, each within one unit of its exact share, deterministic.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pathlib
+from fractions import Fraction
+
+import pytest
+import yaml
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from functions.model_service import weights
+from plnt import render, xp
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples/model-service"
+SCENARIO = render.load_scenario(EXAMPLE)
+
+
+COMPOSITION = render.compositions()[("modelplane.ai/v1alpha1", "ModelService")]
+
+
+@dataclasses.dataclass
+class Out:
+    desired: dict[str, dict]
+    status: dict
+    conditions: dict[str, fnv1.Condition]
+    warnings: list[str]
+
+
+def run(xr: dict, required: list[dict], observed: list[dict] | None = None) -> Out:
+    """The real run_function, re-run with what it required until stable, as Crossplane does."""
+    state, results, conditions, _ = render.run_pipeline(COMPOSITION, xr, observed or [], required)
+    return Out(
+        desired={n: xp.to_dict(r.resource) for n, r in state.resources.items()},
+        status=xp.to_dict(state.composite.resource).get("status", {}),
+        conditions={c.type: c for c in conditions},
+        warnings=[r.message for _, r in results if r.severity == fnv1.SEVERITY_WARNING],
+    )
+
+
+def weights_of(out: Out) -> dict[str, int]:
+    return {w["endpoint"]: w["weight"] for w in out.status["weights"]}
+
+
+# --- the example --------------------------------------------------------------------------
+
+
+def test_example_splits_by_group_weight_and_canary_percent() -> None:
+    out = run(SCENARIO.xr, SCENARIO.required)
+    assert weights_of(out) == {
+        "hosted-qwen3-8b": 333,
+        "qwen3-8b-coreweave-h100-0": 317,
+        "qwen3-8b-lab-l4-0": 317,
+        "qwen3-8b-coreweave-h100-1": 33,
+    }
+    percents = {w["endpoint"]: w["percent"] for w in out.status["weights"]}
+    assert percents["qwen3-8b-coreweave-h100-1"] == 3.3
+    assert out.status["url"] == "http://198.51.100.7/ml-team/qwen3-8b"
+    assert out.conditions["Routed"].status == fnv1.STATUS_CONDITION_TRUE
+
+
+def test_the_route_carries_the_same_weights_as_status() -> None:
+    out = run(SCENARIO.xr, SCENARIO.required)
+    route = out.desired["route"]
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert route["spec"]["parentRefs"] == [
+        {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "name": "plnt-gateway",
+            "namespace": "plnt-system",
+        }
+    ]
+    (rule,) = route["spec"]["rules"]
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/ml-team/qwen3-8b"}}]
+    by_backend = {ref["name"]: ref["weight"] for ref in rule["backendRefs"]}
+    assert sum(by_backend.values()) == 1000
+    assert by_backend == {f"ep-qwen3-8b-{name}": w for name, w in weights_of(out).items()}
+
+
+def test_backends_per_kind_of_host() -> None:
+    out = run(SCENARIO.xr, SCENARIO.required).desired
+    hosted = out["ep-qwen3-8b-hosted-qwen3-8b-service"]
+    assert hosted["spec"] == {
+        "type": "ExternalName",
+        "externalName": "api.inference.example.com",
+        "ports": [{"name": "https", "port": 443, "protocol": "TCP", "appProtocol": "https"}],
+    }
+    tls = out["ep-qwen3-8b-hosted-qwen3-8b-tls"]
+    assert tls["kind"] == "BackendTLSPolicy"
+    assert tls["spec"]["validation"] == {
+        "hostname": "api.inference.example.com",
+        "wellKnownCACertificates": "System",
+    }
+    ip_backed = out["ep-qwen3-8b-qwen3-8b-coreweave-h100-0-service"]
+    assert "type" not in ip_backed["spec"] and "selector" not in ip_backed["spec"]
+    eps = out["ep-qwen3-8b-qwen3-8b-coreweave-h100-0-endpointslice"]
+    assert eps["metadata"]["labels"] == {
+        "kubernetes.io/service-name": "ep-qwen3-8b-qwen3-8b-coreweave-h100-0"
+    }
+    assert eps["endpoints"][0]["addresses"] == ["203.0.113.10"]
+    dns_backed = out["ep-qwen3-8b-qwen3-8b-lab-l4-0-service"]
+    assert dns_backed["spec"]["externalName"] == "gateway.lab-l4.example.internal"
+    assert "ep-qwen3-8b-qwen3-8b-lab-l4-0-endpointslice" not in out
+    refs = {r["name"]: r for r in out["route"]["spec"]["rules"][0]["backendRefs"]}
+    ip_rewrite = refs["ep-qwen3-8b-qwen3-8b-coreweave-h100-0"]["filters"][0]["urlRewrite"]
+    assert ip_rewrite == {
+        "path": {
+            "type": "ReplacePrefixMatch",
+            "replacePrefixMatch": "/ml-team/qwen3-8b-coreweave-h100-0/",
+        }
+    }
+    hosted_rewrite = refs["ep-qwen3-8b-hosted-qwen3-8b"]["filters"][0]["urlRewrite"]
+    assert hosted_rewrite["hostname"] == "api.inference.example.com"
+    assert hosted_rewrite["path"]["replacePrefixMatch"] == "/"
+
+
+def test_no_credentials_reach_anything_composed_or_status() -> None:
+    out = run(SCENARIO.xr, SCENARIO.required)
+    text = yaml.safe_dump([out.desired, out.status])
+    assert "hosted-inference-api-key" not in text
+    assert "token" not in text
+
+
+def test_without_a_deployment_its_canary_endpoints_count_as_stable() -> None:
+    required = [o for o in SCENARIO.required if o["kind"] != "ModelDeployment"]
+    got = weights_of(run(SCENARIO.xr, required))
+    assert got["qwen3-8b-coreweave-h100-1"] == got["qwen3-8b-coreweave-h100-0"] == 222
+    assert sum(got.values()) == 1000
+
+
+def test_a_degraded_replicas_endpoint_is_absent_and_its_share_moves() -> None:
+    required = [o for o in SCENARIO.required if o["metadata"]["name"] != "qwen3-8b-lab-l4-0"]
+    got = weights_of(run(SCENARIO.xr, required))
+    assert "qwen3-8b-lab-l4-0" not in got
+    # exact 333.3 / 633.3 / 33.3: the unit left over goes to the first name on a tie
+    assert got == {
+        "hosted-qwen3-8b": 334,
+        "qwen3-8b-coreweave-h100-0": 633,
+        "qwen3-8b-coreweave-h100-1": 33,
+    }
+
+
+def test_no_endpoints_means_not_routed_and_a_route_without_backends() -> None:
+    out = run(SCENARIO.xr, [])
+    cond = out.conditions["Routed"]
+    assert cond.status == fnv1.STATUS_CONDITION_FALSE
+    assert cond.reason == "NoEndpoints"
+    assert out.desired["route"]["spec"]["rules"][0]["backendRefs"] == []
+    assert out.status["weights"] == []
+    assert "url" not in out.status, "no Gateway address and no hostname: no URL yet"
+
+
+def test_hostnames_and_path_override_the_defaults() -> None:
+    xr = copy.deepcopy(SCENARIO.xr)
+    xr["spec"]["hostnames"] = ["models.example.com"]
+    xr["spec"]["path"] = "/qwen"
+    xr["spec"]["gatewayRef"] = {"name": "edge", "namespace": "gateways"}
+    out = run(xr, SCENARIO.required)
+    route = out.desired["route"]
+    assert route["spec"]["hostnames"] == ["models.example.com"]
+    assert route["spec"]["parentRefs"][0]["name"] == "edge"
+    assert route["spec"]["parentRefs"][0]["namespace"] == "gateways"
+    assert out.status["url"] == "http://models.example.com/qwen"
+
+
+def test_an_invalid_hand_made_endpoint_gets_no_traffic_and_a_warning() -> None:
+    bad = copy.deepcopy(
+        next(o for o in SCENARIO.required if o["metadata"]["name"] == "hosted-qwen3-8b")
+    )
+    bad["spec"]["url"] = "ftp://nope"
+    required = [o for o in SCENARIO.required if o["metadata"]["name"] != "hosted-qwen3-8b"] + [bad]
+    out = run(SCENARIO.xr, required)
+    assert "hosted-qwen3-8b" not in weights_of(out)
+    assert out.warnings == ["ModelEndpoint hosted-qwen3-8b has an invalid spec; it gets no traffic"]
+
+
+def test_everything_composed_is_owned_by_the_service_in_its_namespace() -> None:
+    out = render.render(SCENARIO)
+    assert len(out.composed) == 8
+    for obj in out.composed:
+        assert obj["metadata"]["namespace"] == "ml-team"
+        (owner,) = [r for r in obj["metadata"]["ownerReferences"] if r["controller"]]
+        assert (owner["kind"], owner["name"]) == ("ModelService", "qwen3-8b")
+
+
+# --- weights math -----------------------------------------------------------------------------
+
+E = weights.Endpoint
+G = weights.Group
+
+WEIGHT_CASES = [
+    ("one endpoint", [G(1, (E("a"),))], {}, {"a": 1000}),
+    ("three equal", [G(1, (E("a"), E("b"), E("c")))], {}, {"a": 334, "b": 333, "c": 333}),
+    ("groups 3:1", [G(3, (E("a"),)), G(1, (E("b"),))], {}, {"a": 750, "b": 250}),
+    (
+        "canary 5% of one deployment",
+        [G(1, (E("s1", "d"), E("s2", "d"), E("c1", "d", canary=True)))],
+        {"d": 5},
+        {"s1": 475, "s2": 475, "c1": 50},
+    ),
+    (
+        "canary without a percent is stable",
+        [G(1, (E("s1", "d"), E("c1", "d", canary=True)))],
+        {},
+        {"s1": 500, "c1": 500},
+    ),
+    (
+        "only canary endpoints take the whole share",
+        [G(1, (E("c1", "d", canary=True),))],
+        {"d": 10},
+        {"c1": 1000},
+    ),
+    ("an empty group gives its share away", [G(5, ()), G(1, (E("a"),))], {}, {"a": 1000}),
+    (
+        "a zero-weight group gets nothing",
+        [G(0, (E("z"),)), G(1, (E("a"),))],
+        {},
+        {"z": 0, "a": 1000},
+    ),
+    ("selected twice adds up", [G(1, (E("a"), E("b"))), G(1, (E("a"),))], {}, {"a": 750, "b": 250}),
+    ("nothing selected", [G(1, ())], {}, {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("groups", "canary", "want"), [c[1:] for c in WEIGHT_CASES], ids=[c[0] for c in WEIGHT_CASES]
+)
+def test_weights_table(groups, canary, want) -> None:
+    assert weights.integer_weights(weights.shares(groups, canary)) == want
+
+
+endpoint_names = st.sampled_from([f"ep{i}" for i in range(12)])
+endpoints = st.builds(
+    E, endpoint_names, st.one_of(st.none(), st.sampled_from(["d1", "d2"])), st.booleans()
+)
+groups = st.lists(
+    st.builds(
+        G,
+        st.integers(0, 1000),
+        st.lists(endpoints, max_size=6, unique_by=lambda e: e.name).map(tuple),
+    ),
+    min_size=1,
+    max_size=5,
+)
+percents = st.fixed_dictionaries({"d1": st.integers(0, 100), "d2": st.integers(0, 100)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(groups, percents)
+def test_weights_always_sum_to_the_total_and_stay_within_one_unit(gs, pct) -> None:
+    # an endpoint is one object: the same name has the same labels in every group
+    first = {}
+    gs = [G(g.weight, tuple(first.setdefault(e.name, e) for e in g.endpoints)) for g in gs]
+    exact = weights.shares(gs, pct)
+    got = weights.integer_weights(exact)
+    assert set(got) == {e.name for g in gs for e in g.endpoints}
+    live = any(g.weight > 0 and g.endpoints for g in gs)
+    assert sum(got.values()) == (weights.TOTAL if live else 0)
+    for name, share in exact.items():
+        assert abs(got[name] - share * weights.TOTAL) < 1
+        assert got[name] >= 0
+    assert weights.integer_weights(dict(reversed(list(exact.items())))) == got
+    assert sum(exact.values()) == (Fraction(1) if live else 0)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://kube-dns.kube-system.svc.cluster.local:53", "an in-cluster or local host name"),
+        ("http://localhost:15000", "an in-cluster or local host name"),
+        ("http://127.0.0.1:15000", "a loopback, link-local or unspecified address"),
+        ("http://169.254.169.254/latest", "a loopback, link-local or unspecified address"),
+    ],
+)
+def test_endpoints_pointing_inside_the_cluster_or_at_the_proxy_are_refused(
+    url: str, why: str
+) -> None:
+    sneaky = copy.deepcopy(
+        next(o for o in SCENARIO.required if o["metadata"]["name"] == "hosted-qwen3-8b")
+    )
+    sneaky["spec"] = {"url": url}
+    required = [o for o in SCENARIO.required if o["metadata"]["name"] != "hosted-qwen3-8b"] + [
+        sneaky
+    ]
+    out = run(SCENARIO.xr, required)
+    assert "hosted-qwen3-8b" not in weights_of(out)
+    assert not [n for n in out.desired if "hosted" in n]
+    (warning,) = out.warnings
+    assert warning.startswith(f"ModelEndpoint hosted-qwen3-8b points at {why}")
