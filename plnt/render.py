@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pathlib
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -170,6 +171,7 @@ def run_pipeline(
     xr: dict[str, Any],
     observed: list[dict[str, Any]],
     required: list[dict[str, Any]],
+    *,
     context: dict[str, Any] | None = None,
     trace: list[tuple[str, fnv1.RunFunctionRequest]] | None = None,
 ) -> tuple[fnv1.State, list[tuple[str, fnv1.Result]], list[fnv1.Condition], dict[str, Any]]:
@@ -339,7 +341,9 @@ def _render_xr(
             f"no Composition in compositions/ composes {xr['kind']} ({xr['apiVersion']})"
         )
     observed = [o for o in all_observed if _owned_by(o, xr) or (top and not _has_controller(o))]
-    desired, results, conditions, ctx = run_pipeline(composition, xr, observed, required, context)
+    desired, results, conditions, ctx = run_pipeline(
+        composition, xr, observed, required, context=context
+    )
     observed_by_name = {
         (o["metadata"].get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME): o
         for o in observed
@@ -431,9 +435,33 @@ def _as_child_xr(obj: dict[str, Any], observed_by_name: dict[str | None, dict]) 
     return child
 
 
+class _Dumper(yaml.SafeDumper):
+    """Quotes strings a YAML 1.2 reader (Go's, kubectl's) would take for numbers or booleans."""
+
+
+_NUMBER_LIKE = re.compile(r"^[-+]?(\.?[0-9][0-9_.]*([eE][-+]?[0-9]+)?|0x[0-9a-fA-F]+|0o[0-7]+)$")
+_BOOL_LIKE = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if _NUMBER_LIKE.match(value) or value.lower() in _BOOL_LIKE:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
+    return dumper.represent_str(value)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
 def dump(objs: Iterable[dict[str, Any]]) -> str:
-    return yaml.safe_dump_all(list(objs), sort_keys=False, explicit_start=True, width=100)
+    return yaml.dump_all(
+        list(objs), Dumper=_Dumper, sort_keys=False, explicit_start=True, width=100
+    )
 
 
 def scenario_folders(root: pathlib.Path) -> list[pathlib.Path]:
-    return sorted(p.parent for p in root.glob("*/xr.yaml"))
+    """Every folder under ``root`` holding an xr.yaml (nested ones too), sorted."""
+    return sorted(
+        p.parent
+        for p in root.rglob("xr.yaml")
+        if not {"required", "observed"} & set(p.relative_to(root).parts)
+    )

@@ -18,3 +18,11 @@ def crank() -> pathlib.Path:
     if not CRANK.is_file():
         pytest.fail(f"{CRANK} is missing: run `make test` (hack/setup.sh builds it)")
     return CRANK
+
+
+@pytest.fixture(scope="session")
+def k8svalidate(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Kubernetes' own strict decoding and validation (tests/k8svalidate, built with Go)."""
+    from tests.k8svalidate import runner
+
+    return runner.build(tmp_path_factory.mktemp("k8svalidate"))

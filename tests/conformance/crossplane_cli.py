@@ -6,7 +6,7 @@ import pathlib
 import subprocess
 from typing import Any
 
-import yaml
+from plnt import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SHARED_CRDS = REPO.parent / "shared" / "crds"
@@ -50,7 +50,7 @@ def validate(
 ) -> subprocess.CompletedProcess:
     if isinstance(resources, list):
         path = workdir / "resources.yaml"
-        path.write_text(yaml.safe_dump_all(resources, explicit_start=True))
+        path.write_text(render.dump(resources))
         resources = path
     return run(
         crank,

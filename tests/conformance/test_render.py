@@ -45,7 +45,7 @@ def crossplane_render(
     crank: pathlib.Path, scenario: render.Scenario, functions_file: pathlib.Path, tmp: pathlib.Path
 ) -> list[dict[str, Any]]:
     xr_file = tmp / "xr.yaml"
-    xr_file.write_text(yaml.safe_dump(scenario.xr))
+    xr_file.write_text(render.dump([scenario.xr]))
     args = ["render", str(xr_file), str(composition_file(scenario.xr)), str(functions_file)]
     # Hand crank exactly the documents plnt loaded (symlinked folders included).
     for flag, docs in (
@@ -54,7 +54,7 @@ def crossplane_render(
     ):
         if docs:
             path = tmp / f"{flag.strip('-')}.yaml"
-            path.write_text(yaml.safe_dump_all(docs, explicit_start=True))
+            path.write_text(render.dump(docs))
             args += [flag, str(path)]
     proc = crossplane_cli.run(crank, *args)
     assert proc.returncode == 0, f"crossplane render failed:\n{proc.stderr}"

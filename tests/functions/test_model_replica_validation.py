@@ -24,16 +24,8 @@ SCENARIOS = sorted(
     for pattern in ("model-replica-*/xr.yaml", "model-cache/xr.yaml")
     for p in (REPO / "examples").glob(pattern)
 )
-XRDS = [
-    REPO / "apis" / "modelreplicas" / "definition.yaml",
-    REPO / "apis" / "modelcaches" / "definition.yaml",
-]
+XRDS = sorted(REPO.glob("apis/*/definition.yaml"))
 CRD_KINDS = {"LeaderWorkerSet", "HTTPRoute", "InferencePool"}
-
-
-@pytest.fixture(scope="session")
-def k8svalidate(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    return runner.build(tmp_path_factory.mktemp("k8svalidate"))
 
 
 def rendered_manifests(folder: pathlib.Path) -> list[dict]:
