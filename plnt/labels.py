@@ -20,4 +20,5 @@ WORKFLOW_RUN = "plnt.work/workflowrun"
 HEALTH_PATH = "plnt.work/health-path"  # pod template annotation: the engine's readiness path
 WEIGHTS_URI = "plnt.work/weights-uri"  # pod template annotation: where weights are staged from
 WEIGHTS_PATH = "plnt.work/weights-path"  # pod template annotation: where the engine reads them
+WEIGHTS_SECRET = "plnt.work/weights-secret"  # noqa: S105 (annotation: the downloader's Secret)
 WORKFLOW_RUN_ID = "plnt.work/workflow-run-id"  # annotation on what a WorkflowRun composes

@@ -5,20 +5,20 @@ resource: ``status.providerConfigRef.name`` reaches the cluster; ``status.cache.
 when the cluster reports one, is the default StorageClass). Composes provider-kubernetes
 Objects in the cache's namespace on that cluster: the Namespace (never deleted), the PVC
 (ReadWriteMany) and a Job that downloads the weights into it with a downloader per URI
-scheme (DOWNLOADERS). The source reaches the script only through environment variables, so
-a URI can never inject shell. The Job's name carries a hash of the source: a new URI stages
-afresh instead of editing an immutable Job. Ready (and ``WeightsStaged`` True) once the Job
+scheme (``plnt.weights.DOWNLOADERS``, shared with ModelReplica's weights init container). The
+source reaches the script only through environment variables, so a URI can never inject
+shell. The Job's name carries a hash of the source: a new URI stages afresh instead of
+editing an immutable Job. Ready (and ``WeightsStaged`` True) once the Job
 has succeeded; ``status.pvcName`` names the claim ModelReplicas mount.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import conditions, labels, names, xp
+from plnt import conditions, labels, names, weights, xp
 from plnt.models.model_cache import ModelCacheSpec, Source
 
 API_VERSION = "modelplane.ai/v1alpha1"
@@ -31,30 +31,6 @@ BACKOFF_LIMIT = 4
 NAMESPACE_POLICIES = ["Observe", "Create", "Update", "LateInitialize"]
 POOL_TAINTS = (labels.GPU, "nvidia.com/gpu", labels.CPU)  # stage on whatever node is free
 CACHE_LABEL = f"{labels.DOMAIN}/model-cache"
-
-
-@dataclasses.dataclass(frozen=True)
-class Downloader:
-    image: str
-    script: str  # POSIX sh; reads LOCATION (and REPO/REVISION for hf) from the environment
-
-
-DOWNLOADERS: dict[str, Downloader] = {
-    "s3": Downloader("amazon/aws-cli:2.27.50", 'exec aws s3 sync "s3://$LOCATION" /cache'),
-    "gs": Downloader(
-        "gcr.io/google.com/cloudsdktool/google-cloud-cli:530.0.0-slim",
-        'exec gcloud storage rsync --recursive "gs://$LOCATION" /cache',
-    ),
-    "hf": Downloader(
-        "python:3.12-slim",
-        "pip install --no-cache-dir --quiet 'huggingface_hub[hf_xet]==0.34.4' && "
-        'exec hf download "$REPO" --revision "$REVISION" --local-dir /cache',
-    ),
-    "https": Downloader(
-        "curlimages/curl:8.15.0",
-        'exec curl --fail --location --retry 5 --output "/cache/${LOCATION##*/}" "https://$LOCATION"',
-    ),
-}
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -115,12 +91,13 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
 
     # --- status -------------------------------------------------------------------------------
     xp.set_status(rsp, {"pvcName": pvc_name})
+    source = weights.display(spec.source.uri)  # no presigned query or user info in conditions
     failed = next(
         (c for c in job_status.get("conditions") or [] if c.get("type") == "Failed"), None
     )
     if staged:
         xp.set_conditions(
-            rsp, conditions.available(WEIGHTS_STAGED, f"{spec.source.uri} staged in {pvc_name}")
+            rsp, conditions.available(WEIGHTS_STAGED, f"{source} staged in {pvc_name}")
         )
     elif failed and failed.get("status") == "True":
         message = f"Job {job['metadata']['name']} failed: {failed.get('reason', '')}".rstrip(": ")
@@ -129,7 +106,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         xp.set_conditions(
             rsp,
             conditions.waiting(
-                WEIGHTS_STAGED, f"Job {job['metadata']['name']} is staging {spec.source.uri}"
+                WEIGHTS_STAGED, f"Job {job['metadata']['name']} is staging {source}"
             ),
         )
     return rsp
@@ -158,21 +135,18 @@ def persistent_volume_claim(
 
 
 def source_env(source: Source) -> list[dict[str, str]]:
-    """What the downloader script reads: the location, and for hf:// the repo and revision."""
-    env = [{"name": "LOCATION", "value": source.location}]
-    if source.scheme == "hf":
-        repo, _, revision = source.location.partition("@")
-        env += [{"name": "REPO", "value": repo}, {"name": "REVISION", "value": revision or "main"}]
-    return env
+    """What the downloader script reads: the location, the cache mount, for hf:// repo and
+    revision."""
+    return weights.source_env(source.uri, CACHE_MOUNT)
 
 
 def staging_job(name: str, namespace: str, pvc_name: str, source: Source) -> dict[str, Any]:
-    downloader = DOWNLOADERS[source.scheme]
+    downloader = weights.DOWNLOADERS[source.scheme]
     job_name = names.dns_label(name, "stage", names.short_hash(source.uri, length=8))
     container: dict[str, Any] = {
         "name": "stage",
         "image": downloader.image,
-        "command": ["/bin/sh", "-c", downloader.script],
+        "command": downloader.command,
         "env": source_env(source),
         "volumeMounts": [{"name": "weights", "mountPath": CACHE_MOUNT}],
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},

@@ -19,13 +19,14 @@ Decisions: `revisions.plan` says which revisions run with how many replicas (can
 rollback); `scheduler.schedule` keeps pins and places the rest (see its docstring for the exact
 order). Status: `replicas.{total,ready}` (of the stable revision), `placements[]`,
 `revisions.{stable,canary}`, `canary`, and the conditions ReplicasScheduled, ReplicasReady and,
-with `spec.canary`, Canary.
+with `spec.canary`, Canary. ReplicasReady is False with reason PullingWeights (not Waiting) while
+a stable-revision replica that is not ready reports WorkloadsReady reason PullingWeights.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -156,8 +157,17 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         ready_message += "; no endpoint while the cluster is degraded: " + ", ".join(out.degraded)
     if ready < spec.replicas:
         xp.set_composite_ready(rsp, False)  # Ready only once every wanted replica is
+    pulling = out.pulling[plan.stable]
     if ready >= spec.replicas and not out.degraded:
         xp.set_conditions(rsp, conditions.available(conditions.REPLICAS_READY, ready_message))
+    elif ready < spec.replicas and pulling:
+        ready_message += "; pulling weights: " + ", ".join(sorted(pulling))
+        xp.set_conditions(
+            rsp,
+            conditions.waiting(
+                conditions.REPLICAS_READY, ready_message, reason=conditions.PULLING_WEIGHTS
+            ),
+        )
     else:
         xp.set_conditions(rsp, conditions.waiting(conditions.REPLICAS_READY, ready_message))
     if spec.canary is not None or plan.outcome is not None:
@@ -172,6 +182,10 @@ class Composed:
     placements: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     ready: Counter[str] = dataclasses.field(default_factory=Counter)  # by revision
     degraded: list[str] = dataclasses.field(default_factory=list)
+    # by revision: not-ready replicas whose WorkloadsReady reason is PullingWeights
+    pulling: defaultdict[str, list[str]] = dataclasses.field(
+        default_factory=lambda: defaultdict(list)
+    )
 
 
 def _compose_replica(
@@ -191,6 +205,9 @@ def _compose_replica(
     replica, cluster_name = meta["name"], obj["spec"].get("clusterName", "")
     ready = xp.is_ready(seen)
     out.ready[rev] += ready
+    workloads = xp.condition_of(seen, conditions.WORKLOADS_READY) or {}
+    if not ready and workloads.get("reason") == conditions.PULLING_WEIGHTS:
+        out.pulling[rev].append(replica)
     xp.compose(rsp, rep.resource_name(replica), obj, ready=ready)
     cluster = clusters.get(cluster_name)
     address = scheduler.gateway_address(cluster) if cluster else None

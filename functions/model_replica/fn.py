@@ -12,7 +12,11 @@ Choices: until the cluster is known and has a ProviderConfig nothing is composed
 without a reachable cluster could never be deleted); a workload Object is ready only when
 its observed status shows every copy available, and ``WorkloadsReady`` says which engine
 waits for what; with a ModelCache that is not Ready yet, workloads wait (unless they already
-run) so engines never start on half-staged weights.
+run) so engines never start on half-staged weights. Without a cache, a member whose template
+annotations name weights (``plnt.work/weights-uri``) stages them with an init container
+(staging.py); ``WorkloadsReady`` is False with reason ``PullingWeights`` while such an engine's
+workload has pods and not one available copy (an observed Deployment or LeaderWorkerSet cannot
+tell a downloading init container from an engine still loading: both are "not available").
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.model_replica import serving, workloads
+from functions.model_replica import serving, staging, workloads
 from functions.model_replica.replica import (
     Replica,
     kubernetes_object,
     observed_manifest,
 )
-from plnt import conditions, labels, xp
+from plnt import conditions, labels, weights, xp
 from plnt.models.model_replica import ModelReplicaSpec, check_engines
 
 API_VERSION = "modelplane.ai/v1alpha1"
@@ -46,6 +50,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     spec = xp.parse(ModelReplicaSpec, xr.get("spec") or {}, "spec")
     check_engines(spec.engines, spec.serving)
     serving.check_ports(spec)
+    staging.check(spec)
     namespace = meta.get("namespace") or "default"
     clusters = xp.require(
         req, rsp, CLUSTER_REQUIREMENT, API_VERSION, "InferenceCluster", match_name=spec.cluster_name
@@ -83,6 +88,14 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     )
     for warning in unknown_pools(spec, cluster_status):
         xp.warning(rsp, warning)
+    overridden = [e.name for e in spec.engines if any(staging.of(e, m) for m in e.members)]
+    if spec.model_cache_ref and overridden:
+        xp.warning(
+            rsp,
+            f"modelCacheRef wins over the {labels.WEIGHTS_URI} annotation of engine(s) "
+            f"{', '.join(overridden)}: no weights init container; the cache's PVC is mounted "
+            f"at {workloads.MODEL_CACHE_MOUNT}",
+        )
     if spec.serving.endpoint_picker and not replica.prefill_decode:
         xp.warning(rsp, "serving.endpointPicker is ignored: Unified serving has no endpoint picker")
     observed = xp.observed_resources(req)
@@ -96,14 +109,15 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         namespace_manifest(replica),
         management_policies=NAMESPACE_POLICIES,
     )
-    engine_status, waits = [], []
+    engine_status, waits, pulling = [], [], []
     for engine in spec.engines:
         for member in engine.members:
             rct = workloads.resource_claim_template(replica, engine, member)
             if rct:
                 compose(rsp, replica, observed, f"rct-{engine.name}-{member.role.lower()}", rct)
         name = f"workload-{engine.name}"
-        available = workloads.available_copies(observed_manifest(observed.get(name)))
+        seen = observed_manifest(observed.get(name))
+        available = workloads.available_copies(seen)
         engine_status.append(
             {"name": engine.name, "copies": engine.copies, "availableCopies": available}
         )
@@ -112,7 +126,16 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             continue
         workload = workloads.workload(replica, engine)
         compose(rsp, replica, observed, name, workload)
-        if available < engine.copies:
+        stage = staging.stages(spec, engine)
+        if stage and available == 0 and workloads.created_copies(seen) > 0:
+            pulling.append(engine.name)
+            waits.append(
+                f"engine {engine.name} stages its weights from {weights.display(stage.uri)} "
+                f"into {stage.path} before it starts (or is loading them): its "
+                f"{workload['kind']} {workload['metadata']['name']} has pods, "
+                f"0/{engine.copies} copies available"
+            )
+        elif available < engine.copies:
             waits.append(
                 f"engine {engine.name} waits for its {workload['kind']} "
                 f"{workload['metadata']['name']}: {available}/{engine.copies} copies available"
@@ -131,7 +154,10 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         },
     )
     if waits:
-        xp.set_conditions(rsp, conditions.waiting(conditions.WORKLOADS_READY, "; ".join(waits)))
+        reason = conditions.PULLING_WEIGHTS if pulling else conditions.WAITING
+        xp.set_conditions(
+            rsp, conditions.waiting(conditions.WORKLOADS_READY, "; ".join(waits), reason=reason)
+        )
     else:
         xp.set_conditions(
             rsp,

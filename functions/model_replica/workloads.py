@@ -12,6 +12,8 @@ CPU/memory, a readiness probe on the engine's http port, ``MODELPLANE_LEADER_ADD
 ``MODELPLANE_RANK`` (aliases of LWS's variables in a gang; a Standalone pod is its own leader
 at its pod IP, rank 0), and plnt's labels. The user's env, command, args, ports, resources,
 imagePullSecrets and template metadata pass through unchanged; plnt's labels win a clash.
+A member whose template annotations name weights stages them with an init container into an
+emptyDir the engine mounts read-only (staging.py); a ModelCache's PVC wins over it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from functions.model_replica import serving
+from functions.model_replica import serving, staging
 from functions.model_replica.replica import LWS_NAME_MAX, Replica
 from plnt import labels
 from plnt.models.model_replica import ENGINE_CONTAINER, ReplicaEngine, ReplicaMember
@@ -133,10 +135,13 @@ def pod_template(replica: Replica, engine: ReplicaEngine, member: ReplicaMember)
             "periodSeconds": 10,
             "failureThreshold": 3,
         }
+    stage = None if replica.spec.model_cache_ref else staging.of(engine, member)
     if replica.pvc_name:
         engine_extra["volumeMounts"] = [
             {"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_MOUNT, "readOnly": True}
         ]
+    elif stage:
+        engine_extra["volumeMounts"] = [staging.engine_mount(stage)]
     rank_env = _rank_env(engine.is_gang)
     containers = [
         _container(
@@ -152,8 +157,11 @@ def pod_template(replica: Replica, engine: ReplicaEngine, member: ReplicaMember)
         "nodeSelector": {labels.POOL: member.node_pool_name},
         "tolerations": [{"key": key, "operator": "Exists"} for key in POOL_TAINTS],
     }
+    init_containers = [staging.init_container(stage)] if stage else []
     if replica.prefill_decode and engine.phase == "Decode" and member.serves:
-        spec["initContainers"] = [serving.routing_sidecar(replica, http_port)]
+        init_containers.append(serving.routing_sidecar(replica, http_port))
+    if init_containers:  # weights first: the sidecar starts once they are in place
+        spec["initContainers"] = init_containers
     if template.image_pull_secrets:
         spec["imagePullSecrets"] = [s.dump() for s in template.image_pull_secrets]
     if has_claim:
@@ -170,6 +178,8 @@ def pod_template(replica: Replica, engine: ReplicaEngine, member: ReplicaMember)
                 "persistentVolumeClaim": {"claimName": replica.pvc_name, "readOnly": True},
             }
         ]
+    elif stage:
+        spec["volumes"] = [staging.volume()]
 
     user_meta = template.metadata.dump() if template.metadata else {}
     metadata: dict[str, Any] = {
@@ -244,4 +254,17 @@ AVAILABLE_COPIES: dict[str, Callable[[dict[str, Any]], int]] = {
 def available_copies(manifest: dict[str, Any]) -> int:
     """Available copies in an observed workload manifest (0 when it was never observed)."""
     read = AVAILABLE_COPIES.get(manifest.get("kind", ""))
+    return read(manifest.get("status") or {}) if read else 0
+
+
+# How many copies a workload has created pods for (scheduled or not), from its observed status.
+CREATED_COPIES: dict[str, Callable[[dict[str, Any]], int]] = {
+    "Deployment": lambda status: int(status.get("replicas") or 0),
+    "LeaderWorkerSet": lambda status: int(status.get("replicas") or 0),
+}
+
+
+def created_copies(manifest: dict[str, Any]) -> int:
+    """Copies with pods in an observed workload manifest (0 when it was never observed)."""
+    read = CREATED_COPIES.get(manifest.get("kind", ""))
     return read(manifest.get("status") or {}) if read else 0

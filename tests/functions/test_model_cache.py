@@ -12,7 +12,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_cache import fn
-from plnt import render, runtime, xp
+from plnt import render, runtime, weights, xp
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE = render.load_scenario(REPO / "examples" / "model-cache")
@@ -89,9 +89,11 @@ def test_example_composes_pvc_and_staging_job_on_the_cluster() -> None:
     }
     pod = got["job"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == fn.DOWNLOADERS["hf"].image
+    assert container["image"] == weights.DOWNLOADERS["hf"].image
+    assert container["command"] == weights.DOWNLOADERS["hf"].command
     assert {e["name"]: e["value"] for e in container["env"]} == {
         "LOCATION": "Qwen/Qwen3-8B@main",
+        "DEST": "/cache",
         "REPO": "Qwen/Qwen3-8B",
         "REVISION": "main",
     }
@@ -122,6 +124,9 @@ def test_a_downloader_per_scheme_reads_the_source_from_env(
     assert image in container["image"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["LOCATION"] == location
+    assert env["DEST"] == container["volumeMounts"][0]["mountPath"] == "/cache"
+    assert container["command"] == weights.DOWNLOADERS[weights.scheme(uri)].command
+    assert '"$DEST' in container["command"][-1]  # writes into the mounted cache
     assert uri not in container["command"][-1]  # the script never embeds the URI
     assert "envFrom" not in container
 
@@ -198,3 +203,55 @@ def test_invalid_input_is_fatal(field: str, value: object, path: str) -> None:
     rsp = run(xr, CACHE.required)
     (result,) = [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
     assert result.message.startswith(f"invalid input: {path}")
+
+
+def test_a_presigned_url_never_reaches_the_conditions() -> None:
+    uri = "https://user:pw@example.com/m/model.gguf?X-Amz-Signature=s3cr3t#frag"
+    rsp = run(with_source(uri), CACHE.required)
+    message = condition(rsp).message
+    assert "example.com/m/model.gguf" in message
+    assert "s3cr3t" not in message and "pw@" not in message and "frag" not in message
+
+
+@pytest.mark.parametrize(
+    ("uri", "why"),
+    [
+        ("s3://bucket/prefix", None),
+        ("hf://Qwen/Qwen3-8B@v1", None),
+        ("ftp://host/file", "unsupported scheme in 'ftp://host/file': supported are s3://, gs://"),
+        ("/models/llama", "unsupported scheme in '/models/llama'"),
+        ("s3://", "'s3://' names no location"),
+        ("gs://bucket/with space", "names no location"),
+    ],
+)
+def test_shared_table_says_which_uris_it_can_stage(uri: str, why: str | None) -> None:
+    got = weights.unsupported(uri)
+    assert (got is None) == (why is None)
+    assert why is None or why in got
+
+
+def test_shared_table_env_carries_destination_and_hf_revision() -> None:
+    assert weights.source_env("hf://Qwen/Qwen3-8B@v1", "/models") == [
+        {"name": "LOCATION", "value": "Qwen/Qwen3-8B@v1"},
+        {"name": "DEST", "value": "/models"},
+        {"name": "REPO", "value": "Qwen/Qwen3-8B"},
+        {"name": "REVISION", "value": "v1"},
+    ]
+    assert weights.source_env("s3://b/p", "/w") == [
+        {"name": "LOCATION", "value": "b/p"},
+        {"name": "DEST", "value": "/w"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("https://u:pw@example.com/m/x.gguf?X-Amz-Signature=1#f", "https://example.com/m/x.gguf"),
+        ("s3://bucket/prefix?versionId=3", "s3://bucket/prefix"),
+        ("hf://gpt2@main", "hf://gpt2@main"),  # a revision, not user info
+        ("https://[broken/x", "https://[broken/x"),  # never raises
+        ("/local/path?x", "/local/path"),
+    ],
+)
+def test_display_drops_user_info_query_and_fragment(uri: str, shown: str) -> None:
+    assert weights.display(uri) == shown

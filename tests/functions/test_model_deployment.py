@@ -299,3 +299,63 @@ def test_fleet_objects_are_read_through_their_shapes() -> None:
     s = struct_pb2.Struct()
     s.update(cluster)
     assert reading.read(s, reading.CLUSTER)["spec"] == {"nodePools": cluster["spec"]["nodePools"]}
+
+
+def _with_workloads_reason(
+    observed: list[dict[str, Any]], reasons: dict[int, tuple[bool, str]]
+) -> list[dict[str, Any]]:
+    """`observed` with the i-th ModelReplica (by name) Ready or not, with that WorkloadsReady."""
+    replicas = sorted(
+        (o for o in observed if o["kind"] == "ModelReplica"), key=lambda o: o["metadata"]["name"]
+    )
+    for i, (ready, reason) in reasons.items():
+        replicas[i]["status"]["conditions"] = [
+            {"type": "Ready", "status": str(ready)},
+            {"type": "WorkloadsReady", "status": str(ready), "reason": reason},
+        ]
+    return observed
+
+
+@pytest.mark.parametrize(
+    ("reasons", "status", "reason", "message"),
+    [
+        pytest.param(
+            {0: (False, "PullingWeights")},
+            "False",
+            "PullingWeights",
+            "0 of 3 replicas ready; pulling weights: {0}",
+            id="one-pulling",
+        ),
+        pytest.param(
+            {0: (True, "Available"), 1: (False, "PullingWeights"), 2: (False, "PullingWeights")},
+            "False",
+            "PullingWeights",
+            "1 of 3 replicas ready; pulling weights: {1}, {2}",
+            id="two-pulling-one-ready",
+        ),
+        pytest.param(
+            {0: (False, "Waiting")},
+            "False",
+            "Waiting",
+            "0 of 3 replicas ready",
+            id="none-pulling",
+        ),
+        pytest.param(
+            {0: (True, "PullingWeights")},  # a stale reason on a Ready replica is not pulling
+            "False",
+            "Waiting",
+            "1 of 3 replicas ready",
+            id="ready-replica-ignored",
+        ),
+    ],
+)
+def test_replicas_ready_says_pulling_weights_when_a_replica_does(
+    reasons: dict[int, tuple[bool, str]], status: str, reason: str, message: str
+) -> None:
+    first = render.render(scenario("deploy-qwen3-8b"))
+    names = sorted(of_kind(first, "ModelReplica"))
+    observed = _with_workloads_reason(as_observed(first.composed, ready=False), reasons)
+    out = run(scenario("deploy-qwen3-8b").xr, observed)
+    ready = condition(out, "ReplicasReady")
+    assert (ready["status"], ready["reason"]) == (status, reason)
+    assert ready["message"] == message.format(*names)

@@ -222,3 +222,39 @@ def test_canary_example_spreads_the_canary_away_from_the_stable_replicas() -> No
     cond = condition(out, "ReplicasScheduled")
     assert cond["message"] == "canary: placed 1 of 1 replicas; stable: 2 of 2 kept"
     assert out.xr["status"]["revisions"] == {"stable": stable, "canary": canary}
+
+
+def _mark(observed: list[dict[str, Any]], match, conditions: list[dict[str, str]]) -> None:
+    """Sets the conditions of every observed ModelReplica ``match`` accepts (copies included)."""
+    for obj in observed:
+        if obj["kind"] == "ModelReplica" and match(obj):
+            obj["status"]["conditions"] = copy.deepcopy(conditions)
+
+
+def test_a_canary_pulling_weights_does_not_make_replicas_ready_say_so(stable) -> None:
+    """ReplicasReady counts the stable revision: its own waits decide the reason."""
+    changed, observed, rev_a, rev_b = start_canary(stable)
+    pulling = [
+        {"type": "Ready", "status": "False"},
+        {"type": "WorkloadsReady", "status": "False", "reason": "PullingWeights"},
+    ]
+    _mark(observed, lambda o: o["metadata"]["labels"]["modelplane.ai/revision"] == rev_b, pulling)
+    waiting = min(
+        o["metadata"]["name"]
+        for o in observed
+        if o["kind"] == "ModelReplica"
+        and o["metadata"]["labels"]["modelplane.ai/revision"] == rev_a
+    )
+    _mark(observed, lambda o: o["metadata"]["name"] == waiting, pulling[:1])
+    xr = with_status(changed, revisions={"stable": rev_a, "canary": rev_b})
+    ready = condition(run(xr, observed), "ReplicasReady")
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "False",
+        "Waiting",
+        "3 of 4 replicas ready",
+    )
+    # the same wait on a stable replica is PullingWeights
+    _mark(observed, lambda o: o["metadata"]["name"] == waiting, pulling)
+    ready = condition(run(xr, observed), "ReplicasReady")
+    assert ready["reason"] == "PullingWeights"
+    assert ready["message"] == f"3 of 4 replicas ready; pulling weights: {waiting}"

@@ -520,3 +520,71 @@ def test_a_spec_update_is_a_fresh_run_with_a_canary_at_traffic_percent() -> None
         and o["metadata"]["labels"]["modelplane.ai/revision"] == revisions["canary"]
     )["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["args"]
     assert "--quantization=fp8" in canary_args
+
+
+# --- PullingWeights: the storageUri staged by an init container, seen all the way up ------------
+
+PULLING = REPO / "examples/workflowrun-phases/PullingWeights"
+
+
+@pytest.mark.parametrize(
+    ("reason", "want"),
+    [("PullingWeights", "PullingWeights"), ("Waiting", "Deploying"), ("", "Deploying")],
+)
+def test_replicas_ready_reason_picks_pulling_weights_or_deploying(reason: str, want: str) -> None:
+    ready = {"type": "ReplicasReady", "status": "False", "reason": reason, "message": "0 of 1"}
+    md = {"status": {"revisions": {"stable": "a"}, "conditions": [_SCHEDULED, ready]}}
+    phase = phases.derive(md, None)
+    assert phase.name == want
+    assert "0 of 1" in phase.message
+
+
+def _rendered(kind: str, out: render.Rendered) -> render.Rendered:
+    return next(n for n in out.tree() if n.xr["kind"] == kind)
+
+
+def _observed(kind: str) -> dict:
+    for path in sorted((PULLING / "observed").glob("*.yaml")):
+        for doc in render.load_yaml_docs(path):
+            if doc["kind"] == kind:
+                return doc
+    raise AssertionError(f"no observed {kind}")
+
+
+@pytest.mark.parametrize(
+    ("kind", "typ"), [("ModelDeployment", "ReplicasReady"), ("ModelReplica", "WorkloadsReady")]
+)
+def test_pulling_weights_scenario_is_what_the_functions_themselves_report(
+    kind: str, typ: str
+) -> None:
+    """The observed ModelDeployment and ModelReplica carry the conditions their own functions
+    derive from the observed Deployment below them (pods, no copy available)."""
+    out = render.render(render.load_scenario(PULLING), tree=True)
+    rendered = {c["type"]: c for c in _rendered(kind, out).xr["status"]["conditions"]}[typ]
+    observed = xp.condition_of(_observed(kind), typ)
+    assert observed is not None
+    assert (rendered["status"], rendered["reason"]) == ("False", "PullingWeights")
+    assert (observed["reason"], observed["message"]) == (rendered["reason"], rendered["message"])
+
+
+def test_seed_storage_uri_becomes_the_engines_weights_init_container() -> None:
+    out = render.render(render.load_scenario(REPO / "examples/workflowrun-llama-70b"), tree=True)
+    replica = _rendered("ModelReplica", out)
+    (deployment,) = [
+        o["spec"]["forProvider"]["manifest"]
+        for o in replica.composed
+        if o["spec"]["forProvider"]["manifest"]["kind"] == "Deployment"
+    ]
+    pod = deployment["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["name"] == "stage-weights"
+    assert init["image"] == "amazon/aws-cli:2.27.50"
+    assert init["env"] == [
+        {"name": "LOCATION", "value": "plnt-models/llama-3.1-70b/fp16"},
+        {"name": "DEST", "value": "/models"},
+    ]
+    assert init["volumeMounts"] == [{"name": "weights", "mountPath": "/models"}]
+    assert pod["volumes"] == [{"name": "weights", "emptyDir": {}}]
+    (engine,) = pod["containers"]
+    assert engine["volumeMounts"] == [{"name": "weights", "mountPath": "/models", "readOnly": True}]
+    assert engine["args"][0] == "/models"  # vLLM serves the staged directory

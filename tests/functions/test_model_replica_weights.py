@@ -1,0 +1,370 @@
+"""Weights staged by an init container (plnt.work/weights-* annotations), through run_function.
+
+The examples get the annotations a WorkflowRun sets; the rendered pods are checked for
+content here and, at the end, against Kubernetes' own validation (tests/k8svalidate) and the
+LeaderWorkerSet CRD (crossplane beta validate).
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from typing import Any
+
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.model_replica import staging
+from plnt import conditions, labels, weights, xp
+from tests.conformance import crossplane_cli
+from tests.functions.test_model_replica import (
+    CACHE,
+    GANG,
+    PD,
+    QWEN,
+    READY,
+    composed,
+    condition,
+    engine_container,
+    fatal,
+    manifests,
+    run,
+)
+from tests.k8svalidate import runner
+
+S3 = "s3://plnt-models/qwen3-8b/bf16"
+
+
+def with_weights(xr: dict, member: tuple[int, int] = (0, 0), **annotations: str) -> dict:
+    """``xr`` with plnt.work/weights-* annotations on one member's template."""
+    out = copy.deepcopy(xr)
+    i, j = member
+    template = out["spec"]["engines"][i]["members"][j]["template"]
+    meta = template.setdefault("metadata", {})
+    meta.setdefault("annotations", {}).update(
+        {f"plnt.work/weights-{k.replace('_', '-')}": v for k, v in annotations.items()}
+    )
+    return out
+
+
+def pods(workload: dict) -> dict[str, dict]:
+    """Pod templates by role: a Deployment's one, or a LeaderWorkerSet's leader and worker."""
+    if workload["kind"] == "Deployment":
+        return {"Standalone": workload["spec"]["template"]}
+    lws = workload["spec"]["leaderWorkerTemplate"]
+    return {"Leader": lws["leaderTemplate"], "Worker": lws["workerTemplate"]}
+
+
+def init(pod: dict, name: str = staging.INIT_CONTAINER) -> dict:
+    return next(c for c in pod["spec"].get("initContainers") or [] if c["name"] == name)
+
+
+def warnings(rsp: fnv1.RunFunctionResponse) -> list[str]:
+    return [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+
+
+# --- the init container and the engine's mount -------------------------------------------------
+
+
+def test_standalone_pod_downloads_into_an_empty_dir_the_engine_mounts_read_only() -> None:
+    rsp = run(with_weights(QWEN.xr, uri=S3, path="/models"), QWEN.required)
+    assert fatal(rsp) == ""
+    assert warnings(rsp) == []
+    pod = manifests(rsp)["workload-qwen3-8b"]["spec"]["template"]
+    (container,) = pod["spec"]["initContainers"]
+    assert container == {
+        "name": "stage-weights",
+        "image": "amazon/aws-cli:2.27.50",
+        "command": ["/bin/sh", "-c", 'exec aws s3 sync "s3://$LOCATION" "$DEST"'],
+        "env": [
+            {"name": "LOCATION", "value": "plnt-models/qwen3-8b/bf16"},
+            {"name": "DEST", "value": "/models"},
+        ],
+        "volumeMounts": [{"name": "weights", "mountPath": "/models"}],
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    }
+    assert pod["spec"]["volumes"] == [{"name": "weights", "emptyDir": {}}]
+    engine = engine_container(pod)
+    assert engine["volumeMounts"] == [{"name": "weights", "mountPath": "/models", "readOnly": True}]
+    assert engine["image"] == "vllm/vllm-openai:v0.23.0"  # the user's engine is untouched
+    assert "envFrom" not in engine
+    assert pod["metadata"]["annotations"][labels.WEIGHTS_URI] == S3
+
+
+def test_path_defaults_to_models_and_follows_the_annotation() -> None:
+    default = manifests(run(with_weights(QWEN.xr, uri=S3), QWEN.required))["workload-qwen3-8b"]
+    pod = default["spec"]["template"]
+    assert init(pod)["volumeMounts"] == [{"name": "weights", "mountPath": "/models"}]
+    assert engine_container(pod)["volumeMounts"][0]["mountPath"] == "/models"
+    custom = run(with_weights(QWEN.xr, uri=S3, path="/data/llm"), QWEN.required)
+    pod = manifests(custom)["workload-qwen3-8b"]["spec"]["template"]
+    assert init(pod)["volumeMounts"] == [{"name": "weights", "mountPath": "/data/llm"}]
+    assert {"name": "DEST", "value": "/data/llm"} in init(pod)["env"]
+    assert engine_container(pod)["volumeMounts"] == [
+        {"name": "weights", "mountPath": "/data/llm", "readOnly": True}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("uri", "location"),
+    [
+        ("s3://plnt-models/qwen3-8b/bf16", "plnt-models/qwen3-8b/bf16"),
+        ("gs://plnt-models/qwen3-8b", "plnt-models/qwen3-8b"),
+        ("hf://Qwen/Qwen3-8B@v2", "Qwen/Qwen3-8B@v2"),
+        ("https://example.com/m/model.gguf", "example.com/m/model.gguf"),
+    ],
+)
+def test_each_scheme_uses_the_shared_downloader(uri: str, location: str) -> None:
+    pod = manifests(run(with_weights(QWEN.xr, uri=uri), QWEN.required))["workload-qwen3-8b"]
+    container = init(pod["spec"]["template"])
+    downloader = weights.DOWNLOADERS[weights.scheme(uri)]
+    assert container["image"] == downloader.image
+    assert container["command"] == ["/bin/sh", "-c", downloader.script]
+    assert container["env"][:2] == [
+        {"name": "LOCATION", "value": location},
+        {"name": "DEST", "value": "/models"},
+    ]
+    assert uri not in container["command"][-1]  # the URI reaches the script only as env
+
+
+def test_credentials_come_from_the_named_secret_on_the_downloader_only() -> None:
+    xr = with_weights(QWEN.xr, uri="hf://meta-llama/Llama-3.1-8B", secret="hf-token")
+    pod = manifests(run(xr, QWEN.required))["workload-qwen3-8b"]["spec"]["template"]
+    container = init(pod)
+    assert container["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "LOCATION": "meta-llama/Llama-3.1-8B",
+        "DEST": "/models",
+        "REPO": "meta-llama/Llama-3.1-8B",
+        "REVISION": "main",
+    }
+    assert "envFrom" not in engine_container(pod)
+
+
+def test_gang_leader_and_workers_all_stage_the_leaders_weights() -> None:
+    xr = with_weights(GANG.xr, (0, 0), uri="gs://plnt-models/llama-405b")
+    lws = manifests(run(xr, GANG.required))["workload-llama-405b"]
+    assert lws["kind"] == "LeaderWorkerSet"
+    got = pods(lws)
+    assert set(got) == {"Leader", "Worker"}
+    for pod in got.values():
+        assert init(pod)["image"] == weights.DOWNLOADERS["gs"].image
+        assert {"name": "LOCATION", "value": "plnt-models/llama-405b"} in init(pod)["env"]
+        assert pod["spec"]["volumes"] == [{"name": "weights", "emptyDir": {}}]
+        assert {"name": "weights", "mountPath": "/models", "readOnly": True} in engine_container(
+            pod
+        )["volumeMounts"]
+
+
+def test_gang_member_with_its_own_annotation_keeps_it() -> None:
+    xr = with_weights(GANG.xr, (0, 0), uri="gs://plnt-models/leader")
+    xr = with_weights(xr, (0, 1), uri="s3://plnt-models/worker", path="/shard")
+    got = pods(manifests(run(xr, GANG.required))["workload-llama-405b"])
+    assert init(got["Leader"])["image"] == weights.DOWNLOADERS["gs"].image
+    assert init(got["Worker"])["image"] == weights.DOWNLOADERS["s3"].image
+    assert init(got["Worker"])["volumeMounts"] == [{"name": "weights", "mountPath": "/shard"}]
+
+
+def test_decode_pod_stages_weights_before_its_routing_sidecar() -> None:
+    xr = with_weights(PD.xr, (0, 0), uri=S3)
+    xr = with_weights(xr, (1, 0), uri=S3)
+    got = manifests(run(xr, PD.required))
+    workloads = [m for m in got.values() if m["kind"] == "Deployment" and "template" in m["spec"]]
+    orders = sorted(
+        [c["name"] for c in m["spec"]["template"]["spec"].get("initContainers", [])]
+        for m in workloads
+        if labels.PHASE in m["spec"]["template"]["metadata"]["labels"]
+    )
+    assert orders == [["stage-weights"], ["stage-weights", "routing-sidecar"]]
+
+
+def test_a_model_cache_wins_over_the_annotation_with_a_warning() -> None:
+    rsp = run(with_weights(CACHE.xr, uri=S3), CACHE.required)
+    assert fatal(rsp) == ""
+    pod = manifests(rsp)["workload-qwen3-8b"]["spec"]["template"]
+    assert "initContainers" not in pod["spec"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["model-cache"]
+    assert engine_container(pod)["volumeMounts"] == [
+        {"name": "model-cache", "mountPath": "/models", "readOnly": True}
+    ]
+    (warning,) = [w for w in warnings(rsp) if "modelCacheRef" in w]
+    assert "plnt.work/weights-uri annotation of engine(s) qwen3-8b" in warning
+    assert "no weights init container" in warning
+
+
+# --- bad annotations are Fatal with the field path -------------------------------------------
+
+ANNOTATIONS = 'spec.engines[0].members[0].template.metadata.annotations["plnt.work/weights-'
+
+
+@pytest.mark.parametrize(
+    ("annotations", "path", "why"),
+    [
+        ({"uri": "ftp://host/llama"}, ANNOTATIONS + 'uri"]', "unsupported scheme in"),
+        ({"uri": "/local/llama"}, ANNOTATIONS + 'uri"]', "supported are s3://, gs://, hf://"),
+        ({"uri": "s3://"}, ANNOTATIONS + 'uri"]', "names no location"),
+        ({"uri": S3, "path": "models"}, ANNOTATIONS + 'path"]', "not an absolute path"),
+        ({"uri": S3, "path": "/a/../etc"}, ANNOTATIONS + 'path"]', "not an absolute path"),
+        ({"uri": S3, "path": "/"}, ANNOTATIONS + 'path"]', "not an absolute path"),
+        ({"uri": S3, "secret": "Bad_Name"}, ANNOTATIONS + 'secret"]', "is not a Secret name"),
+    ],
+)
+def test_bad_annotations_are_fatal_naming_the_annotation(
+    annotations: dict[str, str], path: str, why: str
+) -> None:
+    rsp = run(with_weights(QWEN.xr, **annotations), QWEN.required)
+    message = fatal(rsp)
+    assert message.startswith(f"invalid input: {path}: ")
+    assert why in message
+    assert not rsp.desired.resources
+
+
+def test_the_init_container_name_is_reserved() -> None:
+    xr = with_weights(QWEN.xr, uri=S3)
+    containers = xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"]
+    containers.append({"name": "stage-weights", "image": "busybox:1.37"})
+    message = fatal(run(xr, QWEN.required))
+    assert "spec.engines[0].members[0].template.spec.containers[1].name" in message
+
+
+def test_a_wrong_scheme_in_the_second_engine_names_that_engine() -> None:
+    xr = with_weights(PD.xr, (1, 0), uri="ftp://x/y")
+    assert "spec.engines[1].members[0].template.metadata.annotations" in fatal(run(xr, PD.required))
+
+
+# --- PullingWeights: pods exist, no copy available, weights staged by an init container --------
+
+
+def observed_workload(scenario: Any, name: str, kind: str, status: dict) -> list[dict]:
+    """The scenario's observed resources with the workload's observed status replaced."""
+    observed = [
+        o
+        for o in copy.deepcopy(scenario.observed)
+        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME] != name
+    ]
+    observed.append(
+        {
+            "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+            "kind": "Object",
+            "metadata": {"name": name, "annotations": {xp.COMPOSITION_RESOURCE_NAME: name}},
+            "status": {"atProvider": {"manifest": {"kind": kind, "status": status}}},
+        }
+    )
+    return observed
+
+
+@pytest.mark.parametrize(
+    ("weights_uri", "status", "reason", "says"),
+    [
+        pytest.param(
+            S3,
+            {"replicas": 1, "availableReplicas": 0},
+            conditions.PULLING_WEIGHTS,
+            "engine qwen3-8b stages its weights from s3://plnt-models/qwen3-8b/bf16 into "
+            "/models before it starts (or is loading them): its Deployment "
+            "qwen3-8b-eks-l4-0-qwen3-8b has pods, 0/1 copies available",
+            id="pods-none-available",
+        ),
+        pytest.param(
+            S3,
+            {"replicas": 0},
+            conditions.WAITING,
+            "waits for its Deployment qwen3-8b-eks-l4-0-qwen3-8b: 0/1 copies available",
+            id="no-pods-yet",
+        ),
+        pytest.param(
+            None,
+            {"replicas": 1, "availableReplicas": 0},
+            conditions.WAITING,
+            "waits for its Deployment qwen3-8b-eks-l4-0-qwen3-8b: 0/1 copies available",
+            id="no-init-container",
+        ),
+        pytest.param(
+            "https://u:pw@example.com/m.gguf?sig=s3cr3t",
+            {"replicas": 1},
+            conditions.PULLING_WEIGHTS,
+            "from https://example.com/m.gguf into /models",
+            id="presigned-url-redacted",
+        ),
+    ],
+)
+def test_workloads_ready_reason(
+    weights_uri: str | None, status: dict, reason: str, says: str
+) -> None:
+    xr = with_weights(READY.xr, uri=weights_uri) if weights_uri else READY.xr
+    observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", status)
+    rsp = run(xr, READY.required, observed)
+    cond = condition(rsp, conditions.WORKLOADS_READY)
+    assert cond.status == fnv1.STATUS_CONDITION_FALSE
+    assert cond.reason == reason
+    assert says in cond.message
+    assert "s3cr3t" not in cond.message and "pw@" not in cond.message
+    assert rsp.desired.resources["workload-qwen3-8b"].ready == fnv1.READY_FALSE
+
+
+def test_once_a_copy_is_available_the_replica_is_ready_again() -> None:
+    observed = observed_workload(
+        READY, "workload-qwen3-8b", "Deployment", {"replicas": 1, "availableReplicas": 1}
+    )
+    rsp = run(with_weights(READY.xr, uri=S3), READY.required, observed)
+    cond = condition(rsp, conditions.WORKLOADS_READY)
+    assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_TRUE, conditions.AVAILABLE)
+
+
+def test_a_gang_with_groups_but_none_ready_is_pulling_weights() -> None:
+    xr = with_weights(GANG.xr, (0, 0), uri=S3)
+    observed = observed_workload(
+        GANG, "workload-llama-405b", "LeaderWorkerSet", {"replicas": 1, "readyReplicas": 0}
+    )
+    cond = condition(run(xr, GANG.required, observed), conditions.WORKLOADS_READY)
+    assert cond.reason == conditions.PULLING_WEIGHTS
+    assert "its LeaderWorkerSet" in cond.message
+
+
+def test_with_a_model_cache_it_is_never_pulling_weights() -> None:
+    cache_ready = copy.deepcopy(CACHE.required)
+    cache = next(o for o in cache_ready if o["kind"] == "ModelCache")
+    cache["status"] = {
+        "pvcName": "qwen3-8b-weights",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
+    }
+    observed = observed_workload(CACHE, "workload-qwen3-8b", "Deployment", {"replicas": 2})
+    rsp = run(with_weights(CACHE.xr, uri=S3), cache_ready, observed)
+    assert "workload-qwen3-8b" in composed(rsp)
+    assert condition(rsp, conditions.WORKLOADS_READY).reason == conditions.WAITING
+
+
+# --- what the cluster would say about the pods -------------------------------------------------
+
+
+def staged_workloads() -> list[dict]:
+    qwen = manifests(run(with_weights(QWEN.xr, uri=S3, secret="s3-creds"), QWEN.required))
+    gang = manifests(run(with_weights(GANG.xr, uri="hf://meta-llama/L@v1"), GANG.required))
+    pd = manifests(run(with_weights(with_weights(PD.xr, uri=S3), (1, 0), uri=S3), PD.required))
+    out = [qwen["workload-qwen3-8b"], gang["workload-llama-405b"]]
+    out += [m for m in pd.values() if m["kind"] == "Deployment"]
+    assert sum("initContainers" in p["spec"] for m in out for p in pods_of(m)) == 5
+    return out
+
+
+def pods_of(workload: dict) -> list[dict]:
+    if workload["kind"] == "Deployment":
+        return [workload["spec"]["template"]]
+    return list(pods(workload).values())
+
+
+def test_staged_workloads_pass_kubernetes_validation(k8svalidate: pathlib.Path) -> None:
+    found = [m for m in staged_workloads() if runner.supported(m)]
+    assert {m["kind"] for m in found} == {"Deployment", "LeaderWorkerSet"}
+    verdicts = runner.validate(k8svalidate, found)
+    assert len(verdicts) == len(found)
+    assert {f"{v.kind}/{v.name}": v.errors for v in verdicts if v.errors} == {}
+
+
+def test_staged_leader_worker_set_passes_its_crd(
+    crank: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    found = [m for m in staged_workloads() if m["kind"] == "LeaderWorkerSet"]
+    proc = crossplane_cli.validate(crank, crossplane_cli.third_party_crds(), found, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 success cases" in proc.stdout
