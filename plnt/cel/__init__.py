@@ -17,15 +17,29 @@ from functools import lru_cache
 from typing import Any
 
 from plnt import quantity as q
+from plnt.cel import _checked, _text
 from plnt.cel import _library as lib
-from plnt.cel import _text
 from plnt.cel import semver as sv
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength
 MAX_COMPREHENSION_DEPTH = 2  # see "Cost" in docs/cel.md
 
 _ENV = lib.new_env()
-_MAX_DYN_RETRIES = 8
+_TYPED_FIELDS = {
+    lib.DRIVER_VAR: "driver",
+    lib.ATTRIBUTES_VAR: "attributes",
+    lib.CAPACITY_VAR: "capacity",
+}
+_REWRITER = _checked.Rewriter(
+    templates={
+        name: _checked.Checked.of(_ENV.compile(text).serialize())
+        for name, text in lib.TEMPLATES.items()
+    },
+    domain_map_types=frozenset(
+        _checked.result_type(_ENV.compile(var).serialize())
+        for var in (lib.ATTRIBUTES_VAR, lib.CAPACITY_VAR)
+    ),
+)
 
 
 class CelError(Exception):
@@ -66,9 +80,9 @@ class CompiledSelector:
 
 def _clean(message: str) -> str:
     message = re.sub(r"\s*\[[A-Z_]+\]$", "", message.strip()).removeprefix("INVALID_ARGUMENT: ")
-    return message.replace(lib.DRIVER_VAR, "device.driver").replace(
-        lib.CAPACITY_VAR, "device.capacity"
-    )
+    for var, field_name in _TYPED_FIELDS.items():
+        message = message.replace(var, f"device.{field_name}")
+    return message.replace("plnt__k8s_equals", "_==_")
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,7 @@ class Device:
             variables = {
                 "device": data,
                 lib.DRIVER_VAR: data["driver"],
+                lib.ATTRIBUTES_VAR: data["attributes"],
                 lib.CAPACITY_VAR: data["capacity"],
             }
             activation = self._activations[domains] = _ENV.Activation(data=variables)
@@ -146,20 +161,21 @@ def _attribute_value(name: str, attribute: dict) -> Any:
     raise CelError("", f"attribute {name}: unsupported attribute value")
 
 
-def _compile_program(expression: str) -> Any:
-    """cel-cpp compile, retried while the only rejections are cross-type numeric orderings
-    that Kubernetes accepts (see _text.dyn_cross_numeric)."""
-    text = _text.typed_fields(expression, {"driver": lib.DRIVER_VAR, "capacity": lib.CAPACITY_VAR})
-    first_error = None
-    for _ in range(_MAX_DYN_RETRIES):
-        try:
-            return _ENV.compile(text)
-        except Exception as err:  # cel-expr-python raises RuntimeError with the checker's issues
-            first_error = first_error or err
-            text = _text.dyn_cross_numeric(text, str(err))
-            if text is None:
-                break
-    raise CelError(expression, "compilation failed: " + _clean(str(first_error)))
+def _compile_program(expression: str, padded: frozenset[str]) -> Any:
+    """cel-cpp compile, then what Kubernetes' environment adds: the homogeneous-literal
+    check, and Kubernetes' equality and domain lookups where they differ (_checked)."""
+    text = _text.typed_fields(expression, {f: var for var, f in _TYPED_FIELDS.items()})
+    try:
+        program = _ENV.compile(text)
+    except Exception as err:  # cel-expr-python raises RuntimeError with the checker's issues
+        raise CelError(expression, "compilation failed: " + _clean(str(err))) from None
+    checked = _checked.Checked.of(program.serialize())
+    problem = _checked.homogeneity_error(checked)
+    if problem:
+        raise CelError(expression, "compilation failed: " + problem)
+    if _REWRITER.rewrite(checked, padded):
+        program = _ENV.deserialize(checked.serialize())
+    return program
 
 
 def compile(expression: str) -> CompiledSelector:
@@ -179,8 +195,8 @@ def compile_uncached(expression: str) -> CompiledSelector:
         raise CelError(
             expression, f"comprehensions nested deeper than {MAX_COMPREHENSION_DEPTH} levels"
         )
-    program = _compile_program(expression)
-    return CompiledSelector(expression, program, _text.lookup_domains(expression))
+    domains = _text.lookup_domains(expression)
+    return CompiledSelector(expression, _compile_program(expression, domains), domains)
 
 
 _compile_cached = lru_cache(maxsize=4096)(compile_uncached)

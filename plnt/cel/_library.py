@@ -1,11 +1,13 @@
 """The Kubernetes CEL types and functions that DRA selectors use, declared for cel-expr-python.
 
 `kubernetes.Quantity` and `kubernetes.Semver` are CEL object types backed by small protobuf
-messages built at import time. CEL compares messages field by field, so a message holds only
-what Kubernetes' equality looks at: the exact value of a quantity (plus how Kubernetes stores
-it, which `isInteger()` reveals) and the version without its build metadata. Field names
-carry a `plnt_` prefix because CEL can select message fields and Kubernetes' opaque types
-have none (`semver("1.0.0").major` without parentheses must stay an error).
+messages built at import time: a quantity's exact value plus how Kubernetes stores it (which
+`isInteger()`, `add()` and `asApproximateFloat()` reveal), a version without its build
+metadata. CEL compares messages field by field, so `==` on quantities is rewritten to
+`plnt__k8s_equals` (plnt/cel/_checked.py, TEMPLATES below). Field names carry a `plnt_`
+prefix because CEL can select message fields and Kubernetes' opaque types have none
+(`semver("1.0.0").major` without parentheses must stay an error). The orderings are declared
+again with Kubernetes' cross-type numeric overloads (`ordering_decls`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from plnt import quantity as q
 from plnt.cel import semver as sv
 
-# How Kubernetes stores a quantity, as far as `isInteger()` can tell.
-INT_AMOUNT, SCALED_AMOUNT, DECIMAL_AMOUNT = 0, 1, 2
+# How Kubernetes stores a quantity: an int64Amount (value x 10^scale) or an inf.Dec.
+SCALED_AMOUNT, DECIMAL_AMOUNT = 1, 2
 
 
 def _descriptor_pool() -> descriptor_pool.DescriptorPool:
@@ -61,12 +63,11 @@ SEMVER = cel.Type("kubernetes.Semver")
 
 
 def quantity_message(value: q.Quantity) -> QuantityMessage:
-    """An int64-convertible quantity is stored by value alone (so 1k == 1000); any other
-    keeps its Kubernetes scale, which isInteger(), add() and asApproximateFloat() depend on."""
+    """The value plus how Kubernetes stores it (int64Amount scale, or inf.Dec digits), which
+    isInteger(), add() and asApproximateFloat() depend on. Equality does not compare
+    messages: `==` is rewritten to k8s_equals (plnt/cel/_checked.py)."""
     if value.int_amount is None:
         kind, scale = DECIMAL_AMOUNT, value.dec_scale
-    elif value.as_int64()[1]:
-        kind, scale = INT_AMOUNT, 0
     else:
         kind, scale = SCALED_AMOUNT, value.int_amount[1]
     return QuantityMessage(plnt_value=str(value.value), plnt_kind=kind, plnt_scale=scale)
@@ -76,8 +77,6 @@ def quantity_value(message: QuantityMessage) -> q.Quantity:
     value, scale = Fraction(message.plnt_value), message.plnt_scale
     if message.plnt_kind == DECIMAL_AMOUNT:
         return q.Quantity(value, q.DECIMAL_SI, None, scale)
-    if message.plnt_kind == INT_AMOUNT:
-        return q.Quantity(value, q.DECIMAL_SI, (int(value), 0))
     return q.Quantity(value, q.DECIMAL_SI, (int(value / Fraction(10) ** scale), scale))
 
 
@@ -138,7 +137,17 @@ def _scmp(left: SemverMessage, right: SemverMessage) -> int:
     )
 
 
+def _k8s_equals(left: object, right: object) -> bool:
+    """Quantity.Equal / Semver.Equal: values of the same type, anything else is an error."""
+    if isinstance(left, QuantityMessage) and isinstance(right, QuantityMessage):
+        return _qcmp(left, right) == 0
+    if isinstance(left, SemverMessage) and isinstance(right, SemverMessage):
+        return left == right
+    raise TypeError("no such overload")
+
+
 B, INT, S = cel.Type.BOOL, cel.Type.INT, cel.Type.STRING
+D, U = cel.Type.DOUBLE, cel.Type.UINT
 
 # name -> [(overload id, result, parameters, is_member, implementation)]
 OVERLOADS: dict[str, list[tuple[str, cel.Type, list[cel.Type], bool, Callable]]] = {
@@ -192,6 +201,10 @@ OVERLOADS: dict[str, list[tuple[str, cel.Type, list[cel.Type], bool, Callable]]]
         ("is_semver_string", B, [S], False, sv.is_semver),
         ("is_semver_string_bool", B, [S, B], False, sv.is_semver),
     ],
+    "plnt__k8s_equals": [
+        ("plnt__quantity_equals", B, [QUANTITY, QUANTITY], False, _k8s_equals),
+        ("plnt__semver_equals", B, [SEMVER, SEMVER], False, _k8s_equals),
+    ],
     "major": [("semver_major", INT, [SEMVER], True, lambda m: m.plnt_major)],
     "minor": [("semver_minor", INT, [SEMVER], True, lambda m: m.plnt_minor)],
     "patch": [("semver_patch", INT, [SEMVER], True, lambda m: m.plnt_patch)],
@@ -218,6 +231,37 @@ def _py_type(param: cel.Type) -> type | None:
     return {"kubernetes.Quantity": QuantityMessage, "kubernetes.Semver": SemverMessage}.get(
         param.name()
     )
+
+
+_ORDERED = [
+    (B, "bool"),
+    (INT, "int64"),
+    (U, "uint64"),
+    (D, "double"),
+    (S, "string"),
+    (cel.Type.BYTES, "bytes"),
+    (cel.Type.TIMESTAMP, "timestamp"),
+    (cel.Type.DURATION, "duration"),
+]
+_NUMERIC = [(INT, "int64"), (U, "uint64"), (D, "double")]
+_ORDERINGS = {"_<_": "less", "_<=_": "less_equals", "_>_": "greater", "_>=_": "greater_equals"}
+
+
+def ordering_decls() -> list[cel.FunctionDecl]:
+    """The standard orderings plus int/uint/double against each other, which Kubernetes'
+    cel-go declares (CrossTypeNumericComparisons) and cel-cpp's checker does not; cel-cpp's
+    runtime already compares them. Declarations only: the standard implementations run."""
+    decls = []
+    for function, name in _ORDERINGS.items():
+        overloads = [cel.Overload(f"{name}_{n}", B, [t, t]) for t, n in _ORDERED]
+        overloads += [
+            cel.Overload(f"{name}_{an}_{bn}", B, [a, b])
+            for a, an in _NUMERIC
+            for b, bn in _NUMERIC
+            if an != bn
+        ]
+        decls.append(cel.FunctionDecl(function, overloads))
+    return decls
 
 
 def function_decls() -> list[cel.FunctionDecl]:
@@ -251,11 +295,32 @@ extensions:
   - name: two-var-comprehensions
   - name: bindings
   - name: optional
+stdlib:
+  exclude_functions:
+    - name: _<_
+    - name: _<=_
+    - name: _>_
+    - name: _>=_
 """
 
 
 DRIVER_VAR = "plnt__device_driver"
 CAPACITY_VAR = "plnt__device_capacity"
+ATTRIBUTES_VAR = "plnt__device_attributes"
+ATTRIBUTES_TYPE = cel.Type.Map(S, cel.Type.Map(S, cel.Type.DYN))
+CAPACITY_TYPE = cel.Type.Map(S, cel.Type.Map(S, QUANTITY))
+
+# Templates for plnt/cel/_checked.py's Rewriter, over placeholder variables plnt__a/b/m/k.
+TEMPLATES = {
+    "eq_dyn": "(type(plnt__a) == kubernetes.Semver || type(plnt__a) == kubernetes.Quantity)"
+    " ? (plnt__b == null ? false : plnt__k8s_equals(plnt__a, plnt__b)) : plnt__a == plnt__b",
+    "ne_dyn": "type(plnt__a) == kubernetes.Quantity && type(plnt__b) == kubernetes.Quantity"
+    " ? !plnt__k8s_equals(plnt__a, plnt__b) : plnt__a != plnt__b",
+    "eq_quantity": "plnt__k8s_equals(plnt__a, plnt__b)",
+    "ne_quantity": "!plnt__k8s_equals(plnt__a, plnt__b)",
+    "lookup": "plnt__m[?plnt__k].orValue({})",
+    "optional_lookup": "optional.of(plnt__m[?plnt__k].orValue({}))",
+}
 
 
 def new_env() -> cel.Env:
@@ -265,7 +330,9 @@ def new_env() -> cel.Env:
         variables={
             "device": cel.Type.Map(S, cel.Type.DYN),
             DRIVER_VAR: S,
-            CAPACITY_VAR: cel.Type.Map(S, cel.Type.Map(S, QUANTITY)),
+            ATTRIBUTES_VAR: ATTRIBUTES_TYPE,
+            CAPACITY_VAR: CAPACITY_TYPE,
+            **{f"plnt__{name}": cel.Type.DYN for name in "abmk"},
         },
-        functions=function_decls(),
+        functions=function_decls() + ordering_decls(),
     )

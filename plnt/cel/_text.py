@@ -21,19 +21,13 @@ _KEY_SET_USE = re.compile(
     r"|device\s*\.\s*(?:attributes|capacity)\s*(?:==|!=)"
     r"|(?:==|!=)\s*device\s*\.\s*(?:attributes|capacity)\b(?!\s*[\[.])"
 )
-_TYPED_FIELD = re.compile(r"(?<![\w.])device\s*\.\s*(driver|capacity)\b(?!\s*\()")
+# device.<field>; `has(device.<field>)` (a presence test on `device` itself) is left alone.
+_TYPED_FIELD = re.compile(
+    r"\bhas\(\s*device\s*\.\s*\w+\s*\)"
+    r"|(?<![\w.])device\s*\.\s*(driver|attributes|capacity)\b(?!\s*\()"
+)
 _MACROS = re.compile(
     r"\.\s*(?:all|exists|exists_one|map|filter|transformList|transformMap|transformMapEntry)\s*\("
-)
-_NUMBER = (
-    r"(?:0[xX][0-9a-fA-F]+[uU]?|\d+\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+"
-    r"|\.\d+(?:[eE][+-]?\d+)?|\d+[uU]?)"
-)
-_NUMBER_AFTER = re.compile(r"\s*(-?" + _NUMBER + r")(?![\w.(\[])")
-_NUMBER_BEFORE = re.compile(r"(?<![\w.])(" + _NUMBER + r")\s*$")
-_CROSS_NUMERIC_ERROR = re.compile(
-    r"<input>:(\d+):(\d+): found no matching overload for '_(?:<|<=|>|>=)_' applied to "
-    r"'\((?:int|uint|double), (?:int|uint|double)\)'"
 )
 
 
@@ -47,11 +41,14 @@ def _outside_literals(expression: str, rewrite: Callable[[str], str]) -> str:
 
 
 def typed_fields(expression: str, names: dict[str, str]) -> str:
-    """device.driver / device.capacity -> typed variables, so the checker knows their types
-    (Kubernetes' checker rejects `device.driver > 1` at compile time)."""
-    return _outside_literals(
-        expression, lambda code: _TYPED_FIELD.sub(lambda m: names[m.group(1)], code)
-    )
+    """device.driver / .attributes / .capacity -> typed variables, so the checker knows their
+    types as Kubernetes' does (it rejects `device.driver > 1` and `device.attributes == 1`
+    at compile time)."""
+
+    def typed(match: re.Match) -> str:
+        return names[match.group(1)] if match.group(1) else match.group(0)
+
+    return _outside_literals(expression, lambda code: _TYPED_FIELD.sub(typed, code))
 
 
 def lookup_domains(expression: str) -> frozenset[str]:
@@ -77,29 +74,3 @@ def comprehension_depth(expression: str) -> int:
         elif char == ")" and stack:
             depth -= stack.pop()
     return deepest
-
-
-def dyn_cross_numeric(text: str, error: str) -> str | None:
-    """Kubernetes' checker orders int, uint and double against each other
-    (CrossTypeNumericComparisons); cel-cpp's checker only does so for dyn operands. For each
-    such rejected comparison whose operand next to the operator is a number literal, wrap
-    that literal in dyn(); None when the error is anything else."""
-    spots = [(int(m.group(1)), int(m.group(2))) for m in _CROSS_NUMERIC_ERROR.finditer(error)]
-    if not spots:
-        return None
-    line_starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
-    edits: list[tuple[int, int]] = []
-    for line, column in spots:
-        at = line_starts[line - 1] + column - 1
-        operator_end = at + (2 if text[at + 1 : at + 2] == "=" else 1)
-        after = _NUMBER_AFTER.match(text, operator_end)
-        before = _NUMBER_BEFORE.search(text[:at])
-        if after:
-            edits.append(after.span(1))
-        elif before:
-            edits.append(before.span(1))
-        else:
-            return None
-    for start, end in sorted(edits, reverse=True):
-        text = f"{text[:start]}dyn({text[start:end]}){text[end:]}"
-    return text

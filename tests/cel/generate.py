@@ -38,8 +38,8 @@ def device(rng: random.Random) -> dict:
     attributes: dict[str, dict] = {}
     for name in rng.sample(NAMES, rng.randint(0, len(NAMES))):
         key = name if rng.random() < 0.7 else f"{rng.choice(DOMAINS)}/{name}"
-        # Only "cc" may hold a version: `==` against another type is a known divergence.
-        kind = rng.choice(["string", "int", "bool"] + (["version"] * 3 if name == "cc" else []))
+        # Mostly "cc" holds a version; any name may (`==` against a version is an error).
+        kind = rng.choice(["string", "int", "bool"] + (["version"] * (3 if name == "cc" else 1)))
         value = {
             "string": lambda: rng.choice(STRINGS),
             "int": lambda: rng.randint(-3, 20),
@@ -61,9 +61,6 @@ def device(rng: random.Random) -> dict:
         "attributes": attributes,
         "capacity": capacity,
     }
-
-
-EQ_NAMES = [n for n in NAMES if n != "cc"]
 
 
 def _attr(rng: random.Random, names: list[str] = NAMES) -> str:
@@ -122,9 +119,7 @@ def atom(rng: random.Random) -> str:
         lambda: f"{_attr(rng)}.compareTo({v}) {rng.choice(['<', '>=', '=='])} 0",
         lambda: f"{v}.{rng.choice(['isLessThan', 'isGreaterThan'])}({v})",
         lambda: f"{_attr(rng)}.{rng.choice(['major()', 'minor()'])} >= {rng.randint(0, 10)}",
-        lambda: (
-            f"{_attr(rng, EQ_NAMES)} == {rng.choice([s, str(rng.randint(-1, 5)), 'true', 'false'])}"
-        ),
+        lambda: f"{_attr(rng)} == {rng.choice([s, v, str(rng.randint(-1, 5)), 'true', 'false'])}",
         lambda: f"{_attr(rng)} {rng.choice(['<', '>'])} {rng.randint(-1, 5)}",
         lambda: f"{_attr(rng)}.{rng.choice(['startsWith', 'endsWith', 'contains'])}({s})",
         lambda: f"{_attr(rng)}.lowerAscii().contains({s})",
@@ -137,7 +132,21 @@ def atom(rng: random.Random) -> str:
         lambda: f'device.attributes["{rng.choice(DOMAINS)}"].exists(k, k == "{rng.choice(NAMES)}")',
         lambda: f"isQuantity({s}) == {rng.choice(['true', 'false'])}",
         lambda: f"{_attr(rng)} {rng.choice(['<', '>='])} {rng.choice(NUMBERS)}",
-        lambda: f"{_attr(rng, EQ_NAMES)} == {rng.choice(NUMBERS)}",
+        lambda: f"{_attr(rng)} {rng.choice(['==', '!='])} {rng.choice(NUMBERS)}",
+        lambda: f"{rng.choice([s, v, 'null'])} {rng.choice(['==', '!='])} {_attr(rng)}",
+        lambda: f"{rng.choice([q, _cap(rng)])} {rng.choice(['==', '!='])} {q}",
+        lambda: f"{_cap(rng)} == dyn({rng.choice([q, s, v])})",
+        lambda: f"{_cap(rng)}.asInteger() {_ordering(rng)} {_cap(rng)}.asApproximateFloat()",
+        lambda: f"{_attr(rng)} {_ordering(rng)} {_cap(rng)}.asApproximateFloat()",
+        lambda: (
+            f'device.attributes["{rng.choice(DOMAINS)[:4]}" + "{rng.choice(DOMAINS)[4:]}"]'
+            f".size() {rng.choice(['==', '>'])} 0"
+        ),
+        lambda: (
+            f'device.capacity["gpu." + "{rng.choice(["nvidia.com", "amd.com", "x"])}"]'
+            f".{rng.choice(['memory', 'power'])}.sign() == 1"
+        ),
+        lambda: f"[{rng.choice([s, q, _attr(rng)])}, {rng.choice([s, q, _attr(rng)])}].size() == 2",
         lambda: f"{_cap(rng)}.{rng.choice(NUMERIC_FNS)} {_ordering(rng)} {rng.choice(NUMBERS)}",
         lambda: f"{rng.choice(NUMBERS)} {rng.choice(['<', '>='])} {rng.choice(NUMBERS)}",
         lambda: f'isQuantity("{quantity_text(rng)}")',

@@ -1,0 +1,367 @@
+"""Checks and rewrites on cel-cpp's checked expression, for what Kubernetes' cel-go does
+differently and cel-expr-python has no option for (docs/cel.md, "How plnt fills the gaps").
+
+- `homogeneity_error`: Kubernetes' environment validates aggregate literals
+  (ValidateHomogeneousAggregateLiterals), so `[1, "a"]` does not compile.
+- `Rewriter`: replaces nodes by templates compiled in the same environment: equality that
+  must follow Kubernetes' Quantity/Semver `Equal`, and domain lookups whose key was not
+  padded in advance. A template is an ordinary expression over placeholder variables; the
+  placeholders are replaced by the original operands (copied with fresh ids when used twice).
+
+The expression is decoded once into `Node`s and encoded again only when rewritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from plnt.cel import _wire as w
+
+# cel.expr.Expr fields: id, then one of the kinds
+ID, CONST, IDENT, SELECT, CALL, LIST, STRUCT, COMPREHENSION = 2, 3, 4, 5, 6, 7, 8, 9
+# child expressions by node kind: field numbers inside the kind's message
+_CHILDREN = {SELECT: (1,), CALL: (1, 3), LIST: (1,), COMPREHENSION: (2, 4, 5, 6, 7)}
+_STRUCT_ENTRIES, _ENTRY_KEY, _ENTRY_VALUE, _ENTRY_OPTIONAL = 2, 3, 4, 5
+# cel.expr.Type fields
+_TYPE_FIELDS = {1: "dyn", 2: "null", 3: "prim", 6: "list", 7: "map", 9: "message", 10: "param"}
+_TYPE_FIELDS |= {12: "error", 14: "abstract"}
+_WILDCARDS = {"dyn", "param", "error"}
+QUANTITY_TYPE = ("message", "kubernetes.Quantity")
+SEMVER_TYPE = ("message", "kubernetes.Semver")
+_STRING_TYPE = w.encode([[3, w.VARINT, 5]])
+_BOOL_TYPE = w.encode([[3, w.VARINT, 1]])
+# Calls whose list and map literal arguments (at any depth) cel-go's validator exempts: the
+# strings extension's format() and cel.@block.
+_EXEMPT_CALLS = {"format", "cel.@block"}
+# Domain lookups (index, optional index, optional selection) -> template name.
+_LOOKUPS = {"_[_]": "lookup", "_[?_]": "optional_lookup", "_?._": "optional_lookup"}
+PLACEHOLDER = "plnt__"  # templates name their operands plnt__a, plnt__b, plnt__m, plnt__k
+
+
+@dataclass
+class Node:
+    """One cel.expr.Expr: its kind's fields, child expressions decoded into Nodes (a struct
+    entry is a list of fields whose key and value are Nodes)."""
+
+    id: int
+    kind: int
+    body: list
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Node:
+        node_id, kind, body = 0, CONST, []
+        for number, _, value in w.decode(raw):
+            if number == ID:
+                node_id = value
+            else:
+                kind, body = number, w.decode(value)
+        children = _CHILDREN.get(kind, ())
+        for item in body:
+            if item[0] in children:
+                item[2] = cls.parse(item[2])
+            elif kind == STRUCT and item[0] == _STRUCT_ENTRIES:
+                item[2] = w.decode(item[2])
+                for part in item[2]:
+                    if part[0] in (_ENTRY_KEY, _ENTRY_VALUE):
+                        part[2] = cls.parse(part[2])
+        return cls(node_id, kind, body)
+
+    def dump(self) -> bytes:
+        def encode_value(value: object) -> object:
+            if isinstance(value, Node):
+                return value.dump()
+            if isinstance(value, list):
+                return w.encode([[n, t, encode_value(v)] for n, t, v in value])
+            return value
+
+        body = w.encode([[n, t, encode_value(v)] for n, t, v in self.body])
+        return w.encode([[ID, w.VARINT, self.id], [self.kind, w.LEN, body]])
+
+    def children(self) -> list[Node]:
+        found = []
+        for _, _, value in self.body:
+            if isinstance(value, Node):
+                found.append(value)
+            elif isinstance(value, list):
+                found += [v for _, _, v in value if isinstance(v, Node)]
+        return found
+
+    def map_children(self, fn) -> None:
+        for item in self.body:
+            if isinstance(item[2], Node):
+                item[2] = fn(item[2])
+            elif isinstance(item[2], list):
+                for part in item[2]:
+                    if isinstance(part[2], Node):
+                        part[2] = fn(part[2])
+
+    def walk(self):
+        yield self
+        for child in self.children():
+            yield from child.walk()
+
+    def get(self, number: int, default: object = None) -> object:
+        return w.first(self.body, number, default)
+
+    def call(self) -> tuple[str, list[Node], Node | None] | None:
+        if self.kind != CALL:
+            return None
+        args = [v for n, _, v in self.body if n == 3]
+        return self.get(2, b"").decode(), args, self.get(1)
+
+    def ident(self) -> str | None:
+        return self.get(1, b"").decode() if self.kind == IDENT else None
+
+    def selection(self) -> tuple[Node, str, bool] | None:
+        if self.kind != SELECT:
+            return None
+        return self.get(1), self.get(2, b"").decode(), bool(self.get(3))
+
+    def string_constant(self) -> str | None:
+        value = self.get(6) if self.kind == CONST else None
+        return None if value is None else value.decode()
+
+
+@dataclass
+class Checked:
+    """A decoded `CheckedExpr` (as cel-expr-python serializes it, inside an Any)."""
+
+    envelope: w.Fields
+    rest: w.Fields  # fields other than references, types and expr, kept as they are
+    references: dict[int, bytes]
+    types: dict[int, bytes]
+    root: Node
+    next_id: int
+    _placed: set[int] = field(default_factory=set)  # operands already placed by instantiate
+
+    @classmethod
+    def of(cls, serialized: bytes) -> Checked:
+        envelope = w.decode(serialized)
+        tables: dict[int, dict[int, bytes]] = {2: {}, 3: {}}
+        rest, root = [], None
+        for number, wire, value in w.decode(w.first(envelope, 2)):
+            if number in tables:
+                entry = w.decode(value)
+                tables[number][w.signed(w.first(entry, 1, 0))] = w.first(entry, 2, b"")
+            elif number == 4:
+                root = Node.parse(value)
+            else:
+                rest.append([number, wire, value])
+        root = root or Node(0, CONST, [])
+        next_id = max(node.id for node in root.walk()) + 1
+        return cls(envelope, rest, tables[2], tables[3], root, next_id)
+
+    def serialize(self) -> bytes:
+        fields = [
+            [number, w.LEN, w.encode([[1, w.VARINT, key], [2, w.LEN, value]])]
+            for number, table in ((2, self.references), (3, self.types))
+            for key, value in sorted(table.items())
+        ]
+        fields += [[4, w.LEN, self.root.dump()], *self.rest]
+        envelope = [[n, t, w.encode(fields) if n == 2 else v] for n, t, v in self.envelope]
+        return w.encode(envelope)
+
+    def type_of(self, node: Node) -> tuple:
+        raw = self.types.get(node.id)
+        return ("dyn",) if raw is None else parse_type(raw)
+
+    def _new_id(self, old: int, source: Checked) -> int:
+        new = self.next_id
+        self.next_id += 1
+        if old in source.references:
+            self.references[new] = source.references[old]
+        if old in source.types:
+            self.types[new] = source.types[old]
+        return new
+
+    def copy(self, node: Node, source: Checked, values: dict[str, Node] | None = None) -> Node:
+        """A deep copy of node (from source) with fresh ids; with values, placeholder
+        identifiers are replaced (the first use of a value keeps its ids)."""
+        if values is not None and node.ident() in values:
+            value = values[node.ident()]
+            if value.id in self._placed:
+                return self.copy(value, self)
+            self._placed.add(value.id)
+            return value
+        new = Node(self._new_id(node.id, source), node.kind, _copy_fields(node.body))
+        new.map_children(lambda child: self.copy(child, source, values))
+        return new
+
+    def instantiate(self, template: Checked, values: dict[str, Node]) -> Node:
+        self._placed = set()
+        return self.copy(template.root, template, values)
+
+    def constant(self, field_number: int, value: object, type_bytes: bytes) -> Node:
+        """A new constant (cel.expr.Constant field 2: bool, 6: string)."""
+        new = self.next_id
+        self.next_id += 1
+        self.types[new] = type_bytes
+        wire = w.VARINT if isinstance(value, int) else w.LEN
+        return Node(new, CONST, [[field_number, wire, value]])
+
+
+def _copy_fields(body: list) -> list:
+    return [[n, t, _copy_fields(v) if isinstance(v, list) else v] for n, t, v in body]
+
+
+def result_type(serialized: bytes) -> tuple:
+    """The checked type of a serialized expression."""
+    checked = Checked.of(serialized)
+    return checked.type_of(checked.root)
+
+
+def parse_type(raw: bytes) -> tuple:
+    """A cel.expr.Type as a tuple: ("dyn",), ("prim", n), ("list", t), ("map", k, v),
+    ("message", name), ("abstract", name, *params), ("null",), ("param",), ("error",)."""
+    fields = w.decode(raw)
+    if not fields:
+        return ("dyn",)
+    number, _, value = fields[0]
+    kind = _TYPE_FIELDS.get(number, "other")
+    if kind in ("dyn", "null", "param", "error"):
+        return (kind,)  # type parameters compare by kind only, as in IsEquivalentType
+    if kind == "prim":
+        return ("prim", value)
+    if kind == "message":
+        return ("message", value.decode())
+    parts = w.decode(value)
+    if kind == "list":
+        return ("list", parse_type(w.first(parts, 1, b"")))
+    if kind == "map":
+        return ("map", parse_type(w.first(parts, 1, b"")), parse_type(w.first(parts, 2, b"")))
+    if kind == "abstract":
+        params = tuple(parse_type(p) for p in w.every(parts, 2))
+        return ("abstract", w.first(parts, 1, b"").decode(), *params)
+    return ("other", number, value)
+
+
+def _literals(node: Node, exempt: bool = False):
+    """List and map literal nodes that the homogeneity validator looks at."""
+    call = node.call()
+    exempt = exempt or (call is not None and call[0] in _EXEMPT_CALLS)
+    if not exempt and (node.kind == LIST or (node.kind == STRUCT and not node.get(1))):
+        yield node
+    for child in node.children():
+        yield from _literals(child, exempt)
+
+
+def _unwrap_optional(t: tuple, optional: bool) -> tuple:
+    if optional and t[0] == "abstract" and t[1] == "optional_type":
+        return t[2]
+    return t
+
+
+def _all_equivalent(types: list[tuple]) -> bool:
+    return all(t == types[0] for t in types[1:])
+
+
+def homogeneity_error(checked: Checked) -> str | None:
+    """Kubernetes' environment validates aggregate literals (ValidateHomogeneousAggregate-
+    Literals): all elements of a list literal, and all keys and all values of a map literal,
+    must have equivalent types, so `[1, "a"]` and even `[1, dyn(2)]` do not compile."""
+    for node in _literals(checked.root):
+        if node.kind == LIST:
+            optional = set(_ints(node.body, 2))
+            elements = [v for n, _, v in node.body if n == 1]
+            types = [
+                _unwrap_optional(checked.type_of(e), i in optional) for i, e in enumerate(elements)
+            ]
+            if not _all_equivalent(types):
+                return "list literal elements of different types (homogeneous aggregate literals)"
+            continue
+        entries = [v for n, _, v in node.body if n == _STRUCT_ENTRIES]
+        keys = [checked.type_of(w.first(e, _ENTRY_KEY)) for e in entries]
+        values = [
+            _unwrap_optional(
+                checked.type_of(w.first(e, _ENTRY_VALUE)), bool(w.first(e, _ENTRY_OPTIONAL))
+            )
+            for e in entries
+        ]
+        if not (_all_equivalent(keys) and _all_equivalent(values)):
+            return "map literal entries of different types (homogeneous aggregate literals)"
+    return None
+
+
+def _ints(body: list, number: int) -> list[int]:
+    """A repeated int field, packed or not."""
+    out = []
+    for n, wire, value in body:
+        if n != number:
+            continue
+        if wire == w.VARINT:
+            out.append(value)
+            continue
+        pos = 0
+        while pos < len(value):
+            item, pos = w.read_varint(value, pos)
+            out.append(item)
+    return out
+
+
+@dataclass
+class Rewriter:
+    """Rewrites a checked expression with templates over placeholders plnt__a/b/m/k.
+
+    templates: "eq_dyn", "ne_dyn", "eq_quantity", "ne_quantity" (operands a, b), "lookup",
+    "optional_lookup" (map m, key k). domain_map_types: the checked types of
+    device.attributes and device.capacity; an expression of such a type is taken for one of
+    them (a variable bound to it, too)."""
+
+    templates: dict[str, Checked]
+    domain_map_types: frozenset[tuple]
+
+    def rewrite(self, checked: Checked, padded: frozenset[str]) -> bool:
+        changed = False
+
+        def visit(node: Node) -> Node:
+            nonlocal changed
+            node.map_children(visit)
+            new = self._replacement(checked, node, padded)
+            if new is None:
+                return node
+            changed = True
+            return new
+
+        checked.root = visit(checked.root)
+        return changed
+
+    def _is_domain_map(self, checked: Checked, node: Node) -> bool:
+        return checked.type_of(node) in self.domain_map_types
+
+    def _replacement(self, checked: Checked, node: Node, padded: frozenset[str]) -> Node | None:
+        call = node.call()
+        if call and call[2] is None and len(call[1]) == 2:
+            function, (left, right) = call[0], call[1]
+            if function in ("_==_", "_!=_"):
+                return self._equality(checked, function, left, right)
+            lookup = _LOOKUPS.get(function)
+            if lookup and self._is_domain_map(checked, left):
+                if right.string_constant() in padded:
+                    return None
+                values = {PLACEHOLDER + "m": left, PLACEHOLDER + "k": right}
+                return checked.instantiate(self.templates[lookup], values)
+        selected = node.selection()
+        if selected and self._is_domain_map(checked, selected[0]) and selected[1] not in padded:
+            operand, name, test_only = selected
+            if test_only:  # has(device.attributes.d): Kubernetes' map finds every domain
+                return checked.constant(2, 1, _BOOL_TYPE)
+            key = checked.constant(6, name.encode(), _STRING_TYPE)
+            values = {PLACEHOLDER + "m": operand, PLACEHOLDER + "k": key}
+            return checked.instantiate(self.templates["lookup"], values)
+        return None
+
+    def _equality(self, checked: Checked, function: str, left: Node, right: Node) -> Node | None:
+        """Kubernetes' Quantity.Equal compares values, and Quantity/Semver.Equal error on an
+        operand of another type; cel-cpp compares messages field by field."""
+        op = "eq" if function == "_==_" else "ne"
+        left_type, right_type = checked.type_of(left), checked.type_of(right)
+        if left_type == QUANTITY_TYPE and right_type == QUANTITY_TYPE:
+            name = f"{op}_quantity"
+        elif left_type[0] in _WILDCARDS or (
+            left_type in (QUANTITY_TYPE, SEMVER_TYPE) and right_type[0] in _WILDCARDS
+        ):
+            name = f"{op}_dyn"
+        else:
+            return None
+        values = {PLACEHOLDER + "a": left, PLACEHOLDER + "b": right}
+        return checked.instantiate(self.templates[name], values)
