@@ -12,30 +12,15 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_cache import fn
-from plnt import render, runtime, weights, xp
+from plnt import render, weights, xp
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE = render.load_scenario(REPO / "examples" / "model-cache")
 
 
 def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
-    req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.update(xr)
-    for obj in observed:
-        name = obj["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]
-        req.observed.resources[name].resource.update(obj)
-    previous = None
-    for _ in range(5):
-        rsp = runtime.call_sync(fn.run_function, req, "function-model-cache")
-        wanted = dict(rsp.requirements.resources)
-        if wanted == previous or not wanted:
-            return rsp
-        previous = wanted
-        req = copy.deepcopy(req)
-        req.required_resources.clear()
-        for name, sel in wanted.items():
-            req.required_resources[name].CopyFrom(render._fetch(required, sel))
-    raise AssertionError("requirements did not stabilise")
+    """Calls the function until its requirements are stable, answering them from `required`."""
+    return render.call_function(fn.run_function, xr, required, observed, "function-model-cache")
 
 
 def manifests(rsp: fnv1.RunFunctionResponse) -> dict[str, dict]:

@@ -16,7 +16,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, serving
-from plnt import labels, render, runtime, xp
+from plnt import labels, render, xp
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -30,23 +30,7 @@ INVALID = sorted((REPO / "tests" / "invalid" / "modelreplicas").glob("*.yaml"))
 
 def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
     """Calls the function until its requirements are stable, answering them from `required`."""
-    req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.update(xr)
-    for obj in observed:
-        name = obj["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]
-        req.observed.resources[name].resource.update(obj)
-    previous = None
-    for _ in range(5):
-        rsp = runtime.call_sync(fn.run_function, req, "function-model-replica")
-        wanted = dict(rsp.requirements.resources)
-        if wanted == previous or not wanted:
-            return rsp
-        previous = wanted
-        req = copy.deepcopy(req)
-        req.required_resources.clear()
-        for name, sel in wanted.items():
-            req.required_resources[name].CopyFrom(render._fetch(required, sel))
-    raise AssertionError("requirements did not stabilise")
+    return render.call_function(fn.run_function, xr, required, observed, "function-model-replica")
 
 
 def run_scenario(scenario: render.Scenario, **changes: Any) -> fnv1.RunFunctionResponse:
