@@ -74,7 +74,10 @@ def test_every_function_is_packaged_and_depended_on() -> None:
         assert (meta["apiVersion"], meta["kind"]) == ("meta.pkg.crossplane.io/v1beta1", "Function")
         assert meta["metadata"]["name"] == name
         docker = (REPO / "package" / name / "Dockerfile").read_text()
-        assert f"function {name}" in docker or f'"{name}"' in docker
+        assert "FROM plnt/function-base:" in docker
+        assert f'CMD ["{name}", "--tls-certs-dir", "/tls"]' in docker
+    base = (REPO / "package" / "Dockerfile.base").read_text()
+    assert 'ENTRYPOINT ["plnt", "function"]' in base
     for provider in ("provider-kubernetes", "provider-helm", "provider-coreweave"):
         assert any(k.endswith(provider) for k in deps), provider
     assert all(v.startswith("v") for v in deps.values()), "every dependency is pinned"
