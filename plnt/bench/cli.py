@@ -70,7 +70,8 @@ def bench_functions(calls: int) -> list[dict[str, Any]]:
                 return runtime.call_sync(run, req, name)
 
             once()  # warm caches (compiled CEL, imports) as a long-running server would have
-            row = {"example": folder.name, "function": function_name, **time_calls(once, calls)}
+            example = str(folder.relative_to(REPO / "examples"))
+            row = {"example": example, "function": function_name, **time_calls(once, calls)}
             rows.append(row)
     return rows
 
@@ -117,15 +118,34 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
 }
 
 
+def _flat(value: Any, prefix: str = "") -> list[str]:
+    """Nested figures as `a.b=1` pairs; lists of rows become one line per row."""
+    if isinstance(value, dict):
+        return [pair for k, v in value.items() for pair in _flat(v, f"{prefix}{k}.")]
+    return [f"{prefix.rstrip('.')}={value}"]
+
+
 def print_table(results: dict[str, Any]) -> None:
     for section, value in results.items():
         print(f"\n== {section}")
         rows = value if isinstance(value, list) else [value]
         for row in rows:
-            if isinstance(row, dict):
-                print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
-            else:
+            if not isinstance(row, dict):
                 print(f"  {row}")
+                continue
+            nested_rows = {
+                k for k, v in row.items() if isinstance(v, list) and v and isinstance(v[0], dict)
+            }
+            scalars = {
+                k: v for k, v in row.items() if k not in nested_rows and not isinstance(v, dict)
+            }
+            print("  " + "  ".join(_flat(scalars)))
+            for key, nested in row.items():
+                if key in nested_rows:
+                    for item in nested:
+                        print(f"    {key}: " + "  ".join(_flat(item)))
+                elif isinstance(nested, dict):
+                    print(f"    {key}: " + "  ".join(_flat(nested)))
 
 
 def main(argv: Sequence[str]) -> int:
