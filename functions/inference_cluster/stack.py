@@ -243,4 +243,6 @@ def gateway_address(observed_gateway: dict[str, Any] | None) -> str:
         "manifest"
     ) or {}
     addresses = (manifest.get("status") or {}).get("addresses") or []
-    return str(addresses[0].get("value", "")) if addresses else ""
+    first = addresses[0] if isinstance(addresses, list) and addresses else None
+    # the manifest is whatever the provider last read back: trust no shape
+    return str(first.get("value") or "") if isinstance(first, dict) else ""

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -200,10 +201,12 @@ def cluster_of(obj: Mapping[str, Any]) -> Cluster:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or []
     )
+    # A pool without a name cannot be pinned to, so it offers nothing.
     if status.get("pools"):
         pools = tuple(
             Pool(p["name"], p.get("className") or "", int(p.get("nodeCapacity") or 0))
             for p in status["pools"]
+            if p.get("name")
         )
     else:
         pools = tuple(
@@ -213,12 +216,29 @@ def cluster_of(obj: Mapping[str, Any]) -> Cluster:
                 int(p.get("maxNodeCount") or p.get("nodeCount") or 0),
             )
             for p in (obj.get("spec") or {}).get("nodePools") or []
+            if p.get("name")
         )
     return Cluster(meta.get("name", ""), meta.get("labels") or {}, ready, pools)
 
 
 def gateway_address(obj: Mapping[str, Any]) -> str | None:
-    return ((obj.get("status") or {}).get("gateway") or {}).get("address") or None
+    """The cluster's gateway as the host part of a URL, or None while it has no usable one."""
+    address = ((obj.get("status") or {}).get("gateway") or {}).get("address")
+    return url_host(address) if isinstance(address, str) else None
+
+
+_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+
+
+def url_host(address: str) -> str | None:
+    """An IP address or hostname as a URL host (IPv6 in brackets); None for anything else,
+    which would make an endpoint URL that means something else or nothing."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address if len(address) <= 253 and _HOSTNAME.fullmatch(address) else None
+    return f"[{ip}]" if ip.version == 6 else str(ip)
 
 
 def placed_replica(obj: Mapping[str, Any]) -> PlacedReplica:

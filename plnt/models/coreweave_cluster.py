@@ -15,6 +15,7 @@ from plnt.xp import InvalidInput
 
 POOL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 KUBERNETES_VERSION_PATTERN = r"^[0-9]+\.[0-9]+$"
+LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 DEFAULT_KUBERNETES_VERSION = "1.37"
 MAX_POOLS = 8
 MAX_NODES = 1000
@@ -33,7 +34,10 @@ class Credentials(_Model):
 
 
 class Gpu(_Model):
-    accelerator_type: str = Field(alias="acceleratorType", min_length=1, max_length=63)
+    # a node label value on the pool's nodes
+    accelerator_type: str = Field(
+        alias="acceleratorType", min_length=1, max_length=63, pattern=LABEL_VALUE_PATTERN
+    )
 
 
 class NodePool(_Model):

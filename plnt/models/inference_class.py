@@ -20,6 +20,8 @@ ATTRIBUTE_KINDS = ("string", "int", "bool", "version")
 GPU_DRIVER_PREFIX = "gpu."
 NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
 
+# A non-empty Kubernetes label value (acceleratorType ends up as one on nodes).
+LABEL_VALUE = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # A DRA attribute or capacity name: a C identifier, optionally qualified by a domain.
 QUALIFIED_NAME = re.compile(
@@ -35,7 +37,8 @@ QUANTITY = re.compile(
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+    # strict, as the XRD sees types: false is not a count and "2" is not an int
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
 
 
 class DeviceAttribute(_Model):
@@ -80,8 +83,13 @@ class Device(_Model):
 
 class CoreWeaveProvisioning(_Model):
     instance_type: str = Field(alias="instanceType", min_length=1, max_length=63)
+    # becomes the CoreWeaveCluster pool's acceleratorType, a node label value
     accelerator_type: str | None = Field(
-        default=None, alias="acceleratorType", min_length=1, max_length=63
+        default=None,
+        alias="acceleratorType",
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE,
     )
 
 
@@ -123,7 +131,7 @@ def check(spec: InferenceClassSpec, path: str = "spec") -> None:
     seen: set[str] = set()
     for i, device in enumerate(spec.devices):
         at = f"{path}.devices[{i}]"
-        if not DNS_LABEL.match(device.name) or len(device.name) > 63:
+        if not DNS_LABEL.fullmatch(device.name) or len(device.name) > 63:
             raise xp.InvalidInput(
                 f"{at}.name", "must be a DNS label (lowercase letters, digits, '-')"
             )
@@ -134,19 +142,19 @@ def check(spec: InferenceClassSpec, path: str = "spec") -> None:
             raise xp.InvalidInput(f"{at}.deviceClassName", "required when claim is DRA")
         for name, attr in device.attributes.items():
             where = f"{at}.attributes.{name}"
-            if not QUALIFIED_NAME.match(name):
+            if not QUALIFIED_NAME.fullmatch(name):
                 raise xp.InvalidInput(where, "not a DRA attribute name")
             if len(attr.kinds_set()) != 1:
                 raise xp.InvalidInput(where, "set exactly one of string, int, bool, version")
-            if attr.version is not None and not SEMVER.match(attr.version):
+            if attr.version is not None and not SEMVER.fullmatch(attr.version):
                 raise xp.InvalidInput(
                     f"{where}.version", "must be a semantic version such as 1.2.3"
                 )
         for name, cap in device.capacity.items():
             where = f"{at}.capacity.{name}"
-            if not QUALIFIED_NAME.match(name):
+            if not QUALIFIED_NAME.fullmatch(name):
                 raise xp.InvalidInput(where, "not a DRA capacity name")
-            if isinstance(cap.value, str) and not QUANTITY.match(cap.value):
+            if isinstance(cap.value, str) and not QUANTITY.fullmatch(cap.value):
                 raise xp.InvalidInput(
                     f"{where}.value", f"{cap.value!r} is not a Kubernetes quantity"
                 )

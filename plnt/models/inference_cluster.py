@@ -24,7 +24,8 @@ NodeCount = Annotated[int, Field(ge=0, le=MAX_NODES)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+    # strict, as the XRD sees types: false is not a count and "2" is not an int
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
 
 
 class Credentials(_Model):

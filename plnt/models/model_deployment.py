@@ -18,7 +18,8 @@ from plnt.models.model_replica import EngineOf, MemberBase, ModelCacheRef, Servi
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+    # strict, as the XRD sees types: false is not a replica count and "2" is not an int
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
 
 
 class Selector(_Model):
@@ -45,7 +46,7 @@ Engine = EngineOf[DeploymentMember]
 
 
 class LabelSelectorRequirement(_Model):
-    key: str
+    key: str = Field(min_length=1)
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[str] = Field(default_factory=list)
 
@@ -73,7 +74,7 @@ def _requirement_holds(req: LabelSelectorRequirement, labels: dict[str, str]) ->
 
 
 class SmokeTest(_Model):
-    prompts: int = Field(default=10, ge=1)
+    prompts: int = Field(default=10, ge=1, le=1000)
     ttft_budget_ms: float = Field(alias="ttftBudgetMs", gt=0)
     tpot_budget_ms: float = Field(alias="tpotBudgetMs", gt=0)
     max_tokens: int | None = Field(default=None, alias="maxTokens", ge=1)
@@ -90,8 +91,8 @@ class Canary(_Model):
 
 class Autoscaling(_Model):
     target_tokens_per_second: float = Field(alias="targetTokensPerSecond", gt=0)
-    min_replicas: int | None = Field(default=None, alias="minReplicas", ge=0)
-    max_replicas: int | None = Field(default=None, alias="maxReplicas", ge=0)
+    min_replicas: int | None = Field(default=None, alias="minReplicas", ge=0, le=1000)
+    max_replicas: int | None = Field(default=None, alias="maxReplicas", ge=0, le=1000)
 
 
 class ModelDeploymentSpec(_Model):
