@@ -1,0 +1,306 @@
+"""Canary latency gate: the second step of the ModelDeployment pipeline (after `schedule`).
+
+Reads: the ModelDeployment's `spec.canary` (`trafficPercent`, `smokeTest`); the revision under
+test from `status.revisions.canary` (the previous step's desired status, else the observed
+one); an earlier verdict from the pipeline context key `plnt.work/canary-verdict` or from
+`status.canary.gate` (observed, else desired); the canary's observed ModelReplicas and
+ModelEndpoints (label `modelplane.ai/revision` = the canary revision); and, as a required
+resource, the Secret named by a canary endpoint's `spec.auth.secretRef` (its key is the
+bearer token; it goes into the Authorization header and nowhere else).
+
+Composes nothing and passes the previous step's desired resources through untouched. Decides
+one of:
+- skip: no `spec.canary` -> the request's desired state goes on unchanged;
+- idle: no canary revision awaits a verdict -> the CanaryGate condition reports the last
+  verdict (or NoCanary);
+- carry: a verdict for this revision already exists (context first, then the observed status,
+  then the previous step's) -> it is written again as it was, nothing is measured, so renders
+  with the verdict in observed state or `--context-values` are deterministic;
+- wait: a canary ModelReplica is not Ready, or there is no canary endpoint yet ->
+  `status.canary.gate.state: Waiting` and a response TTL of WAIT_TTL_S so Crossplane calls
+  again soon;
+- measure: `smokeTest.prompts` streaming chat completions to every canary endpoint
+  (`functions.canary_gate.measure`), bounded in time; a failure of any kind fails closed.
+
+Writes: the verdict (`Verdict.to_status()` plus `revision`, `endpoints`, `state: Measured`)
+into the desired `status.canary.gate`, merged into the status the previous step wrote (its
+other `status.canary.*` and `status.*` fields stay); the same dict in the context key
+`plnt.work/canary-verdict` for any later step; the condition CanaryGate (True Passed, False
+Failed with the p95 figures against the budgets, Unknown WaitingForCanary or Measuring).
+
+The served model name (the OpenAI `model` field): the endpoint's `spec.model` if set, else
+read from the canary revision's engine command line (`canary.served_model`:
+`--served-model-name`, else `--model`/`--model-path`/`--model-id`, else the argument of
+`vllm serve M`). A canary whose model name cannot be told fails the gate (it could never be
+measured). A referenced API key Secret that does not exist, or lacks the key, is waited for.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.canary_gate import canary, measure
+from plnt import conditions, xp
+from plnt.gate import client
+from plnt.gate.verdict import Budgets, Verdict
+from plnt.models.model_deployment import Canary
+from plnt.models.model_endpoint import ModelEndpointSpec
+
+VERDICT_CONTEXT = "plnt.work/canary-verdict"
+VERDICTS = ("Pass", "Fail")
+WAIT_TTL_S = 15.0  # how soon Crossplane calls again while the canary comes up or after a verdict
+WAITING = "Waiting"
+MEASURED = "Measured"
+
+
+async def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    xr = xp.composite(req)
+    spec = xr.get("spec")
+    if not isinstance(spec, dict):  # every ModelDeployment has one (engines are required)
+        raise xp.InvalidInput("spec", "the composite resource has no spec")
+    if spec.get("canary") is None:
+        return xp.respond(req)  # skip: nothing to gate
+
+    # --- inputs ---------------------------------------------------------------------------
+    rsp = xp.respond(req)
+    canary_spec = xp.parse(Canary, spec["canary"], "spec.canary")
+    desired_xr = xp.to_dict(req.desired.composite.resource)
+    observed = xp.observed_resources(req)
+    desired = xp.desired_resources(req)
+    revision = canary.canary_revision(xr, desired_xr)
+
+    # --- decisions ------------------------------------------------------------------------
+    if revision is None:
+        _report_idle(rsp, canary.last_gate(xr, desired_xr))
+        return rsp
+    known = known_verdict(xp.context(req, VERDICT_CONTEXT), xr, desired_xr, revision)
+    if known is not None:
+        _write_verdict(rsp, known)
+        return rsp
+    replicas = canary.canary_replicas(revision, observed, desired)
+    endpoints = canary.canary_endpoints(revision, observed, desired)
+    waiting_for = _waiting_for(replicas, endpoints)
+    if waiting_for:
+        _wait(rsp, revision, waiting_for, conditions.WAITING_FOR_CANARY)
+        return rsp
+    test = smoke_test(canary_spec)
+    engines = canary.replica_engines(revision, observed, spec)
+    targets = _targets(req, rsp, endpoints, canary.served_model(engines), test.budgets)
+    if isinstance(targets, _Pending):
+        _wait(rsp, revision, targets.message, targets.reason)
+        return rsp
+    if isinstance(targets, Verdict):
+        verdict = targets  # fails closed without measuring
+    else:
+        verdict = await measure.smoke_test(targets, test)
+
+    # --- status and context ---------------------------------------------------------------
+    gate = verdict.to_status() | {
+        "revision": revision,
+        "endpoints": [e.name for e in endpoints],
+        "state": MEASURED,
+    }
+    _write_verdict(rsp, gate)
+    summary = f"canary revision {revision}: {verdict.verdict}: {verdict.reason}"
+    (xp.normal if verdict.passed else xp.warning)(rsp, summary)
+    _set_ttl(rsp, WAIT_TTL_S)  # the schedule step promotes or rolls back on the next call
+    return rsp
+
+
+def smoke_test(spec: Canary) -> measure.SmokeTest:
+    """The smoke test `spec.canary.smokeTest` asks for; the seed's defaults without one."""
+    st = spec.smoke_test
+    if st is None:
+        budgets = Budgets(client.DEFAULT_TTFT_BUDGET_MS, client.DEFAULT_TPOT_BUDGET_MS)
+        return measure.SmokeTest(prompts=client.DEFAULT_PROMPTS, budgets=budgets)
+    return measure.SmokeTest(
+        prompts=st.prompts,
+        budgets=Budgets(st.ttft_budget_ms, st.tpot_budget_ms),
+        max_tokens=st.max_tokens or client.DEFAULT_MAX_TOKENS,
+    )
+
+
+def known_verdict(
+    context_verdict: Any,
+    observed_xr: Mapping[str, Any],
+    desired_xr: Mapping[str, Any],
+    revision: str,
+) -> dict[str, Any] | None:
+    """A verdict on `revision` someone already has: the context (e.g. `crossplane render
+    --context-values`), the observed XR status, or the previous step's desired status."""
+    candidates = [context_verdict]
+    for xr in (observed_xr, desired_xr):
+        candidates.append(((xr.get("status") or {}).get("canary") or {}).get("gate"))
+    for verdict in candidates:
+        if (
+            isinstance(verdict, Mapping)
+            and verdict.get("revision") == revision
+            and verdict.get("verdict") in VERDICTS
+        ):
+            return dict(verdict)
+    return None
+
+
+def _waiting_for(replicas: list[canary.Replica], endpoints: list[canary.Endpoint]) -> str:
+    """What the canary still lacks before it can be measured; empty when it is ready."""
+    if not replicas:
+        return "no canary ModelReplica yet"
+    unready = [r.name for r in replicas if not r.ready]
+    if unready:
+        return f"{len(replicas) - len(unready)} of {len(replicas)} canary ModelReplicas ready"
+    if not endpoints:
+        return "no canary ModelEndpoint yet"
+    return ""
+
+
+class _Pending:
+    """Targets cannot be built yet (a Secret is being read or is missing)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        self.message = message
+
+
+def _targets(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    endpoints: list[canary.Endpoint],
+    engines_model: str | None,
+    budgets: Budgets,
+) -> list[measure.Target] | _Pending | Verdict:
+    """One target per canary endpoint, with its model name and API key.
+
+    Every Secret requirement is declared before any answer is used, so Crossplane sees the
+    same requirements on the call that measures as on the call before it."""
+    specs: dict[str, ModelEndpointSpec] = {}
+    keys: dict[str, list[dict[str, Any]] | None] = {}
+    for endpoint in endpoints:
+        try:
+            specs[endpoint.name] = ModelEndpointSpec.model_validate(endpoint.spec)
+        except pydantic.ValidationError as err:
+            problem = err.errors()[0]
+            where = xp.join_path("spec", problem["loc"])
+            reason = f"canary endpoint {endpoint.name}: {where}: {problem['msg']}"
+            return measure.failed(reason, budgets)
+        auth = specs[endpoint.name].auth
+        if auth is not None:
+            keys[endpoint.name] = xp.require(
+                req,
+                rsp,
+                f"api-key-{endpoint.name}",
+                "v1",
+                "Secret",
+                match_name=auth.secret_ref.name,
+                namespace=endpoint.namespace,
+            )
+    if any(found is None for found in keys.values()):
+        return _Pending(conditions.MEASURING, "reading the canary endpoints' API key Secrets")
+    targets = []
+    for endpoint in endpoints:
+        endpoint_spec = specs[endpoint.name]
+        model = endpoint_spec.model or engines_model
+        if not model:
+            reason = (
+                f"cannot tell the model name canary endpoint {endpoint.name} serves: set its "
+                "spec.model, or --served-model-name or --model in the engine's args"
+            )
+            return measure.failed(reason, budgets)
+        api_key = None
+        if endpoint_spec.auth is not None:
+            ref = endpoint_spec.auth.secret_ref
+            api_key = _secret_value(keys[endpoint.name] or [], ref.key)
+            if api_key is None:
+                secret = f"{endpoint.namespace}/{ref.name}"
+                message = f"Secret {secret} with key {ref.key} (API key of {endpoint.name})"
+                return _Pending(conditions.WAITING_FOR_CANARY, f"no {message}")
+        targets.append(
+            measure.Target(
+                endpoint=endpoint.name, base_url=endpoint_spec.url, model=model, api_key=api_key
+            )
+        )
+    return targets
+
+
+def _secret_value(found: list[dict[str, Any]], key: str) -> str | None:
+    """The Secret's value under `key` (data is base64), or None if absent or empty."""
+    for secret in found:
+        encoded = (secret.get("data") or {}).get(key)
+        if encoded:
+            try:
+                value = base64.b64decode(encoded, validate=True).decode().strip()
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+            return value or None
+        plain = (secret.get("stringData") or {}).get(key)
+        if plain:
+            return str(plain).strip() or None
+    return None
+
+
+# --- writing the response ----------------------------------------------------------------
+
+
+def _set_gate_status(rsp: fnv1.RunFunctionResponse, gate: Mapping[str, Any]) -> None:
+    """Replace `status.canary.gate`, keeping every other field the previous step wrote."""
+    status = xp.to_dict(rsp.desired.composite.resource).get("status") or {}
+    canary_status = dict(status.get("canary") or {})
+    canary_status["gate"] = dict(gate)
+    xp.set_status(rsp, {"canary": canary_status})
+
+
+def _write_verdict(rsp: fnv1.RunFunctionResponse, gate: Mapping[str, Any]) -> None:
+    _set_gate_status(rsp, gate)
+    xp.set_context(rsp, VERDICT_CONTEXT, dict(gate))
+    xp.set_conditions(rsp, verdict_condition(gate))
+
+
+def _wait(rsp: fnv1.RunFunctionResponse, revision: str, message: str, reason: str) -> None:
+    _set_gate_status(rsp, {"revision": revision, "state": WAITING, "message": message})
+    text = f"canary revision {revision}: {message}"
+    xp.set_conditions(rsp, xp.Condition(conditions.CANARY_GATE, None, reason, text))
+    _set_ttl(rsp, WAIT_TTL_S)
+
+
+def _report_idle(rsp: fnv1.RunFunctionResponse, last: Mapping[str, Any]) -> None:
+    if last.get("verdict") in VERDICTS:
+        xp.set_context(rsp, VERDICT_CONTEXT, dict(last))
+        xp.set_conditions(rsp, verdict_condition(last))
+        return
+    message = "no canary revision awaits a verdict"
+    idle = xp.Condition(conditions.CANARY_GATE, True, conditions.NO_CANARY, message)
+    xp.set_conditions(rsp, idle)
+
+
+def _set_ttl(rsp: fnv1.RunFunctionResponse, seconds: float) -> None:
+    rsp.meta.ttl.FromMilliseconds(int(seconds * 1000))
+
+
+def verdict_condition(gate: Mapping[str, Any]) -> xp.Condition:
+    """CanaryGate from a verdict dict: the p95 figures against the budgets (and, on a Fail,
+    the reason, which names failed prompts)."""
+    passed = gate.get("verdict") == "Pass"
+    word = "passed" if passed else "failed"
+    text = f"canary revision {gate.get('revision')} {word} the latency gate: {figures(gate)}"
+    if not passed and gate.get("reason"):
+        text += f"; {gate['reason']}"  # which prompts failed, and why
+    reason = conditions.PASSED if passed else conditions.FAILED
+    return xp.Condition(conditions.CANARY_GATE, passed, reason, text)
+
+
+def figures(gate: Mapping[str, Any]) -> str:
+    """`p95 TTFT 131.2 ms (budget 250 ms), p95 TPOT 20.4 ms (budget 40 ms)`."""
+    budgets = gate.get("budgets") or {}
+    parts = []
+    for label, key in (("TTFT", "ttftMs"), ("TPOT", "tpotMs")):
+        p95 = (gate.get(key) or {}).get("p95")
+        measured = f"{p95:g} ms" if isinstance(p95, int | float) else "not measured"
+        budget = budgets.get(key)
+        suffix = f" (budget {budget:g} ms)" if isinstance(budget, int | float) else ""
+        parts.append(f"p95 {label} {measured}{suffix}")
+    return ", ".join(parts)
