@@ -276,13 +276,7 @@ def _composed_metadata(obj: dict[str, Any], xr: dict[str, Any], name: str) -> di
     }
     refs = [r for r in meta.get("ownerReferences") or [] if not r.get("controller")]
     meta["ownerReferences"] = [*refs, owner]
-    return kubernetes_order(obj)
-
-
-def kubernetes_order(obj: dict[str, Any]) -> dict[str, Any]:
-    """apiVersion, kind, metadata, spec first: the order people read manifests in."""
-    head = ("apiVersion", "kind", "metadata", "spec")
-    return {k: obj[k] for k in head if k in obj} | {k: v for k, v in obj.items() if k not in head}
+    return obj
 
 
 def _condition(c: fnv1.Condition) -> dict[str, Any]:
@@ -389,7 +383,6 @@ def _render_xr(
     if xr["metadata"].get("namespace"):
         meta["namespace"] = xr["metadata"]["namespace"]
     out_xr["metadata"] = meta
-    out_xr = kubernetes_order(out_xr)
     ready = {"type": "Ready", "status": "True", "reason": "Available"}
     if desired.composite.ready == fnv1.READY_FALSE:
         ready = {"type": "Ready", "status": "False", "reason": "Creating"}
@@ -454,7 +447,8 @@ def _as_child_xr(obj: dict[str, Any], observed_by_name: dict[str | None, dict]) 
 
 
 class _Dumper(yaml.SafeDumper):
-    """Quotes strings a YAML 1.2 reader (Go's, kubectl's) would take for numbers or booleans."""
+    """Sorted keys (deterministic, and apiVersion/kind/metadata/spec/status read in that order);
+    strings a YAML 1.2 reader (Go's, kubectl's) would take for numbers or booleans are quoted."""
 
 
 _NUMBER_LIKE = re.compile(r"^[-+]?(\.?[0-9][0-9_.]*([eE][-+]?[0-9]+)?|0x[0-9a-fA-F]+|0o[0-7]+)$")
@@ -471,9 +465,7 @@ _Dumper.add_representer(str, _represent_str)
 
 
 def dump(objs: Iterable[dict[str, Any]]) -> str:
-    return yaml.dump_all(
-        list(objs), Dumper=_Dumper, sort_keys=False, explicit_start=True, width=100
-    )
+    return yaml.dump_all(list(objs), Dumper=_Dumper, sort_keys=True, explicit_start=True, width=100)
 
 
 def scenario_folders(root: pathlib.Path) -> list[pathlib.Path]:
