@@ -33,32 +33,6 @@ def rendered_manifests(folder: pathlib.Path) -> list[dict]:
     return crossplane_cli.embedded_manifests(objs)
 
 
-def as_crd(xrd: dict) -> dict:
-    """The CustomResourceDefinition an XRD's own schema becomes (Crossplane's additions aside)."""
-    spec = xrd["spec"]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": xrd["metadata"]["name"]},
-        "spec": {
-            "group": spec["group"],
-            "names": {**spec["names"], "listKind": f"{spec['names']['kind']}List"},
-            "scope": spec["scope"],
-            "versions": [
-                {
-                    "name": v["name"],
-                    "served": v["served"],
-                    "storage": True,
-                    "schema": v["schema"],
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": v.get("additionalPrinterColumns", []),
-                }
-                for v in spec["versions"]
-            ],
-        },
-    }
-
-
 @pytest.mark.parametrize("folder", SCENARIOS, ids=[p.name for p in SCENARIOS])
 def test_manifests_pass_kubernetes_validation(
     folder: pathlib.Path, k8svalidate: pathlib.Path
@@ -95,7 +69,7 @@ def test_pd_covers_pool_picker_and_rbac(k8svalidate: pathlib.Path) -> None:
 def test_xrd_schema_passes_the_api_servers_crd_validation(
     xrd: pathlib.Path, k8svalidate: pathlib.Path
 ) -> None:
-    (verdict,) = runner.validate(k8svalidate, [as_crd(yaml.safe_load(xrd.read_text()))])
+    (verdict,) = runner.validate(k8svalidate, [runner.as_crd(yaml.safe_load(xrd.read_text()))])
     assert verdict.errors == []
 
 

@@ -80,3 +80,29 @@ def validate(binary: pathlib.Path, manifests: Iterable[dict[str, Any]]) -> list[
     if len(verdicts) != len(docs):
         raise RuntimeError(f"k8svalidate judged {len(verdicts)} of {len(docs)} manifests")
     return verdicts
+
+
+def as_crd(xrd: dict[str, Any]) -> dict[str, Any]:
+    """The CustomResourceDefinition an XRD's own schema becomes (Crossplane's additions aside)."""
+    spec = xrd["spec"]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": xrd["metadata"]["name"]},
+        "spec": {
+            "group": spec["group"],
+            "names": {**spec["names"], "listKind": f"{spec['names']['kind']}List"},
+            "scope": spec["scope"],
+            "versions": [
+                {
+                    "name": v["name"],
+                    "served": v["served"],
+                    "storage": True,
+                    "schema": v["schema"],
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": v.get("additionalPrinterColumns", []),
+                }
+                for v in spec["versions"]
+            ],
+        },
+    }
