@@ -72,4 +72,7 @@ def kubernetes_object(replica: Replica, manifest: dict[str, Any]) -> dict[str, A
 
 def observed_manifest(obj: dict[str, Any] | None) -> dict[str, Any]:
     """The manifest as provider-kubernetes last observed it on the cluster ({} if never)."""
-    return ((((obj or {}).get("status") or {}).get("atProvider") or {}).get("manifest")) or {}
+    found: Any = obj
+    for key in ("status", "atProvider", "manifest"):
+        found = found.get(key) if isinstance(found, dict) else None
+    return found if isinstance(found, dict) else {}

@@ -19,7 +19,6 @@ emptyDir the engine mounts read-only (staging.py); a ModelCache's PVC wins over 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any
 
 from functions.model_replica import serving, staging
@@ -244,27 +243,40 @@ def workload(replica: Replica, engine: ReplicaEngine) -> dict[str, Any]:
     return (leader_worker_set if engine.is_gang else deployment)(replica, engine)
 
 
-# How many copies a workload reports available, read from its observed status.
-AVAILABLE_COPIES: dict[str, Callable[[dict[str, Any]], int]] = {
-    "Deployment": lambda status: int(status.get("availableReplicas") or 0),
-    "LeaderWorkerSet": lambda status: int(status.get("readyReplicas") or 0),
+def status_count(manifest: dict[str, Any], key: str) -> int:
+    """A count from an observed manifest's status, 0 when absent or no count: the observed
+    manifest is whatever the cluster returned, unchecked by any schema of ours (numbers arrive
+    as floats through the protobuf Struct)."""
+    status = manifest.get("status")
+    value = status.get(key) if isinstance(status, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return int(value) if value >= 0 and float(value).is_integer() else 0
+
+
+# The status field saying how many copies a workload has available.
+AVAILABLE_COPIES: dict[str, str] = {
+    "Deployment": "availableReplicas",
+    "LeaderWorkerSet": "readyReplicas",
 }
 
 
 def available_copies(manifest: dict[str, Any]) -> int:
     """Available copies in an observed workload manifest (0 when it was never observed)."""
-    read = AVAILABLE_COPIES.get(manifest.get("kind", ""))
-    return read(manifest.get("status") or {}) if read else 0
+    kind = manifest.get("kind")
+    key = AVAILABLE_COPIES.get(kind) if isinstance(kind, str) else None
+    return status_count(manifest, key) if key else 0
 
 
-# How many copies a workload has created pods for (scheduled or not), from its observed status.
-CREATED_COPIES: dict[str, Callable[[dict[str, Any]], int]] = {
-    "Deployment": lambda status: int(status.get("replicas") or 0),
-    "LeaderWorkerSet": lambda status: int(status.get("replicas") or 0),
+# The status field saying how many copies a workload has created pods for (scheduled or not).
+CREATED_COPIES: dict[str, str] = {
+    "Deployment": "replicas",
+    "LeaderWorkerSet": "replicas",
 }
 
 
 def created_copies(manifest: dict[str, Any]) -> int:
     """Copies with pods in an observed workload manifest (0 when it was never observed)."""
-    read = CREATED_COPIES.get(manifest.get("kind", ""))
-    return read(manifest.get("status") or {}) if read else 0
+    kind = manifest.get("kind")
+    key = CREATED_COPIES.get(kind) if isinstance(kind, str) else None
+    return status_count(manifest, key) if key else 0

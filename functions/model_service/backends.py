@@ -19,7 +19,7 @@ import ipaddress
 from typing import Any
 
 from plnt import names
-from plnt.models.model_endpoint import target
+from plnt.models.model_endpoint import target, usable_host
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 
@@ -32,6 +32,8 @@ def refused_host(host: str) -> str | None:
     link-local addresses (cloud metadata) are refused, so a ModelEndpoint cannot be used to
     reach what its author could not reach directly.
     """
+    if not usable_host(host):  # it would make an HTTPRoute hostname or ExternalName refused
+        return "neither a DNS name nor an IP address"
     name = host.rstrip(".").lower()
     if name == "localhost" or name.endswith((".cluster.local", ".svc", ".localhost")):
         return "an in-cluster or local host name"

@@ -15,8 +15,9 @@ Design choices:
   selector no longer matches it, and its share goes to the others.
 - ``status.url`` is ``http://<host><path>``, the host being ``spec.hostnames[0]`` or the
   Gateway's first status address.
-- An endpoint with a malformed spec, or whose host is in-cluster, loopback or link-local
-  (backends.refused_host), gets no traffic and a warning instead of failing the service.
+- An endpoint with a malformed spec, or whose host is not a DNS name or IP address or is
+  in-cluster, loopback or link-local (backends.refused_host), gets no traffic and a warning
+  instead of failing the service.
 """
 
 from __future__ import annotations

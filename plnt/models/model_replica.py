@@ -22,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from plnt import xp
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A Kubernetes label value (the pool name becomes a nodeSelector value); pool names on
+# InferenceCluster and CoreWeaveCluster are DNS labels of at most 40 characters, which fit.
+LABEL_VALUE = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 # Kubernetes' resource.Quantity grammar (the pattern its own OpenAPI schema uses).
 QUANTITY = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -49,6 +52,14 @@ class _Model(BaseModel):
     def dump(self) -> dict[str, Any]:
         """Kubernetes-shaped data: camelCase, unset fields left out."""
         return self.model_dump(by_alias=True, exclude_none=True)
+
+
+def label_value(cls: type, value: str) -> str:
+    """A field validator: ``value`` must be a Kubernetes label value (fullmatch, so that a
+    trailing newline does not slip past "$")."""
+    if not re.fullmatch(LABEL_VALUE.strip("^$"), value):
+        raise ValueError(f"must be a label value matching {LABEL_VALUE}")
+    return value
 
 
 # --- the curated PodTemplate ---------------------------------------------------------------
@@ -145,8 +156,39 @@ class PodSpec(_Model):
 
 
 class PodMetadata(_Model):
+    """Passed to the pods unchanged, so held to what ObjectMeta validation holds them to: the
+    XRD checks label values, the keys (which an OpenAPI schema cannot) are checked here."""
+
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_are_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            _check_key(key)
+            if item and (len(item) > 63 or not re.fullmatch(LABEL_VALUE.strip("^$"), item)):
+                raise ValueError(f"{key}: {item!r} is not a label value")
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotation_keys_are_qualified(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            _check_key(key)
+        return value
+
+
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_key(key: str) -> None:
+    """A label or annotation key: [DNS subdomain prefix/]name, the name at most 63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    bad_prefix = slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))
+    if bad_prefix or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
+        raise ValueError(f"{key!r} is not a qualified key ([DNS subdomain/]name)")
 
 
 class PodTemplate(_Model):
@@ -210,17 +252,20 @@ class MemberBase(_Model):
 class ReplicaMember(MemberBase):
     """A member with the scheduler's placement resolved: its pool and DRA device requests."""
 
-    node_pool_name: str = Field(alias="nodePoolName", min_length=1)
+    node_pool_name: str = Field(alias="nodePoolName", min_length=1, max_length=63)
     device_requests: list[DeviceRequest] | None = Field(
         default=None, alias="deviceRequests", min_length=1, max_length=16
     )
+
+    _pool_is_label_value = field_validator("node_pool_name")(label_value)
 
 
 MemberT = TypeVar("MemberT", bound=MemberBase)
 
 
 class EngineOf(_Model, Generic[MemberT]):
-    name: str = Field(min_length=1, max_length=63)
+    name: str = Field(min_length=1, max_length=63)  # a label value on the engine's pods
+    _name_is_label_value = field_validator("name")(label_value)
     copies: int = Field(default=1, ge=1, le=64)
     phase: Phase | None = None
     members: list[MemberT] = Field(min_length=1, max_length=2)
