@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from plnt.models.base import SpecModel
 from plnt.xp import InvalidInput
 
 POOL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -23,9 +24,7 @@ MAX_NODES = 1000
 NodeCount = Annotated[int, Field(ge=0, le=MAX_NODES)]
 
 
-class _Model(BaseModel):
-    # strict: "2" is not a node count and 1.5 is not an integer, as the XRD sees it
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
+_Model = SpecModel
 
 
 class Credentials(_Model):

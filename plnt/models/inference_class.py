@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from plnt import xp
+from plnt.models.base import SpecModel
 
 # A DRA device attribute holds exactly one of these (resource.k8s.io DeviceAttribute).
 ATTRIBUTE_KINDS = ("string", "int", "bool", "version")
@@ -36,9 +37,7 @@ QUANTITY = re.compile(
 )
 
 
-class _Model(BaseModel):
-    # strict, as the XRD sees types: false is not a count and "2" is not an int
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
+_Model = SpecModel
 
 
 class DeviceAttribute(_Model):

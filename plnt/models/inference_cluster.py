@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from plnt import xp
+from plnt.models.base import SpecModel
 
 POOL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 KUBERNETES_VERSION_PATTERN = r"^[0-9]+\.[0-9]+$"
@@ -23,9 +24,7 @@ MAX_NAME = 40  # the name prefixes composed objects' names and is a label value
 NodeCount = Annotated[int, Field(ge=0, le=MAX_NODES)]
 
 
-class _Model(BaseModel):
-    # strict, as the XRD sees types: false is not a count and "2" is not an int
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
+_Model = SpecModel
 
 
 class Credentials(_Model):

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import Field, StringConstraints
 
+from plnt.models.base import NonNullSpecModel
 from plnt.models.model_replica import QUANTITY
 
 SOURCE_URI = r"^(s3|gs|hf|https)://[^\s]+$"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _not_null(cls, value: Any) -> Any:
-        # The API server prunes nulls the schema does not allow; an explicit null here
-        # (crossplane render, a stale client) is invalid input, not "unset".
-        if value is None:
-            raise ValueError("may not be null")
-        return value
+_Model = NonNullSpecModel
 
 
 class Source(_Model):

@@ -11,15 +11,13 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from plnt import xp
+from plnt.models.base import SpecModel
 from plnt.models.model_replica import EngineOf, MemberBase, ModelCacheRef, Serving, check_engines
 
-
-class _Model(BaseModel):
-    # strict, as the XRD sees types: false is not a replica count and "2" is not an int
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
+_Model = SpecModel
 
 
 class Selector(_Model):

@@ -13,7 +13,9 @@ import ipaddress
 import re
 import urllib.parse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from plnt.models.base import NonNullSpecModel
 
 # A host is a DNS name (no trailing dot: Gateway API hostnames have none) or an IP, IPv6 in
 # brackets; the XRD's pattern says the same.
@@ -27,16 +29,7 @@ PATH_PATTERN = r"^/[^\s?#]*$"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _not_null(cls, value: object) -> object:
-        # the XRD has no nullable field: an explicit null is refused, not read as "unset"
-        if value is None:
-            raise ValueError("must not be null")
-        return value
+_Model = NonNullSpecModel
 
 
 class SecretKeyRef(_Model):

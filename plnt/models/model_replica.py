@@ -17,9 +17,10 @@ from __future__ import annotations
 import re
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from plnt import xp
+from plnt.models.base import NonNullSpecModel
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A Kubernetes label value (the pool name becomes a nodeSelector value); pool names on
@@ -37,21 +38,7 @@ Phase = Literal["Prefill", "Decode"]
 ServingMode = Literal["Unified", "PrefillDecode"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _not_null(cls, value: Any) -> Any:
-        # The API server prunes nulls the schema does not allow; an explicit null here
-        # (crossplane render, a stale client) is invalid input, not "unset".
-        if value is None:
-            raise ValueError("may not be null")
-        return value
-
-    def dump(self) -> dict[str, Any]:
-        """Kubernetes-shaped data: camelCase, unset fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True)
+_Model = NonNullSpecModel
 
 
 def label_value(cls: type, value: str) -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
+
+from plnt.models.base import NonNullSpecModel
 
 DEFAULT_GATEWAY_NAME = "plnt-gateway"
 DEFAULT_GATEWAY_NAMESPACE = "plnt-system"
@@ -13,16 +15,7 @@ PATH_PATTERN = r"^/[^\s?#]*$"
 MAX_WEIGHT = 1000
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _not_null(cls, value: object) -> object:
-        # the XRD has no nullable field: an explicit null is refused, not read as "unset"
-        if value is None:
-            raise ValueError("must not be null")
-        return value
+_Model = NonNullSpecModel
 
 
 class Selector(_Model):

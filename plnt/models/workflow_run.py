@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
+
+from plnt.models.base import NonNullSpecModel
 
 Runtime = Literal["vllm", "tgi", "trt-llm", "sglang"]
 Quantization = Literal["fp16", "fp8", "awq-4bit", "gptq-4bit"]
@@ -19,16 +21,7 @@ MAX_REPLICAS = 64
 MAX_MEMORY_GIB = 4096
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _not_null(cls, value: object) -> object:
-        # the XRD has no nullable field: an explicit null is refused, not read as "unset"
-        if value is None:
-            raise ValueError("must not be null")
-        return value
+_Model = NonNullSpecModel
 
 
 class ModelSource(_Model):
