@@ -4,9 +4,10 @@ differently and cel-expr-python has no option for (docs/cel.md, "How plnt fills 
 - `homogeneity_error`: Kubernetes' environment validates aggregate literals
   (ValidateHomogeneousAggregateLiterals), so `[1, "a"]` does not compile.
 - `Rewriter`: replaces nodes by templates compiled in the same environment: equality that
-  must follow Kubernetes' Quantity/Semver `Equal`, and domain lookups whose key was not
-  padded in advance. A template is an ordinary expression over placeholder variables; the
-  placeholders are replaced by the original operands (copied with fresh ids when used twice).
+  must follow Kubernetes' Quantity/Semver `Equal` (also inside cel-go's list equality and
+  list `in`), and domain lookups whose key was not padded in advance. A template is an
+  ordinary expression over placeholder variables; the placeholders are replaced by the
+  original operands (copied with fresh ids when used twice).
 
 The expression is decoded once into `Node`s and encoded again only when rewritten.
 """
@@ -200,6 +201,20 @@ class Checked:
         return Node(new, CONST, [[field_number, wire, value]])
 
 
+def _holds_k8s_values(t: tuple) -> bool:
+    """A list type whose elements may be Quantities or Semvers (or anything)."""
+    return t[0] == "list" and (t[1][0] in _WILDCARDS or t[1] in (QUANTITY_TYPE, SEMVER_TYPE))
+
+
+def _in_list_of_k8s_values(checked: Checked, element: Node, container: Node) -> bool:
+    """`x in list` where x or the list's elements may be Quantities or Semvers."""
+    element_type, list_type = checked.type_of(element), checked.type_of(container)
+    if list_type[0] != "list":
+        return False
+    may_be_k8s = element_type[0] in _WILDCARDS or element_type in (QUANTITY_TYPE, SEMVER_TYPE)
+    return may_be_k8s or _holds_k8s_values(list_type)
+
+
 def _copy_fields(body: list) -> list:
     return [[n, t, _copy_fields(v) if isinstance(v, list) else v] for n, t, v in body]
 
@@ -302,7 +317,8 @@ def _ints(body: list, number: int) -> list[int]:
 class Rewriter:
     """Rewrites a checked expression with templates over placeholders plnt__a/b/m/k.
 
-    templates: "eq_dyn", "ne_dyn", "eq_quantity", "ne_quantity" (operands a, b), "lookup",
+    templates: "eq_dyn", "ne_dyn", "eq_quantity", "ne_quantity", "eq_list", "ne_list",
+    "in_list" (operands a, b), "lookup",
     "optional_lookup" (map m, key k). domain_map_types: the checked types of
     device.attributes and device.capacity; an expression of such a type is taken for one of
     them (a variable bound to it, too)."""
@@ -333,7 +349,12 @@ class Rewriter:
         if call and call[2] is None and len(call[1]) == 2:
             function, (left, right) = call[0], call[1]
             if function in ("_==_", "_!=_"):
-                return self._equality(checked, function, left, right)
+                return self._list_equality(checked, function, left, right) or self._equality(
+                    checked, function, left, right
+                )
+            if function == "@in" and _in_list_of_k8s_values(checked, left, right):
+                values = {PLACEHOLDER + "a": left, PLACEHOLDER + "b": right}
+                return checked.instantiate(self.templates["in_list"], values)
             lookup = _LOOKUPS.get(function)
             if lookup and self._is_domain_map(checked, left):
                 if right.string_constant() in padded:
@@ -349,6 +370,20 @@ class Rewriter:
             values = {PLACEHOLDER + "m": operand, PLACEHOLDER + "k": key}
             return checked.instantiate(self.templates["lookup"], values)
         return None
+
+    def _list_equality(
+        self, checked: Checked, function: str, left: Node, right: Node
+    ) -> Node | None:
+        """cel-go compares lists element by element with Kubernetes' Equal (values for
+        quantities) and skips a pair whose Equal errors; cel-cpp compares messages."""
+        left_type, right_type = checked.type_of(left), checked.type_of(right)
+        if left_type[0] != "list" or right_type[0] != "list":
+            return None
+        if not (_holds_k8s_values(left_type) or _holds_k8s_values(right_type)):
+            return None
+        name = "eq_list" if function == "_==_" else "ne_list"
+        values = {PLACEHOLDER + "a": left, PLACEHOLDER + "b": right}
+        return checked.instantiate(self.templates[name], values)
 
     def _equality(self, checked: Checked, function: str, left: Node, right: Node) -> Node | None:
         """Kubernetes' Quantity.Equal compares values, and Quantity/Semver.Equal error on an

@@ -310,6 +310,15 @@ ATTRIBUTES_VAR = "plnt__device_attributes"
 ATTRIBUTES_TYPE = cel.Type.Map(S, cel.Type.Map(S, cel.Type.DYN))
 CAPACITY_TYPE = cel.Type.Map(S, cel.Type.Map(S, QUANTITY))
 
+_IS_K8S = "(type({0}) == kubernetes.Semver || type({0}) == kubernetes.Quantity)"
+# cel-go's list equality: sizes, then each pair with Equal (values for quantities), skipping
+# a pair whose Equal errors (a quantity or version against another type that is not null).
+_EQ_LIST = (
+    "size(plnt__a) == size(plnt__b) && plnt__a.all(plnt__i, plnt__x,"
+    f" {_IS_K8S.format('plnt__x')} ? (plnt__b[plnt__i] == null ? false"
+    " : type(plnt__x) != type(plnt__b[plnt__i]) || plnt__k8s_equals(plnt__x, plnt__b[plnt__i]))"
+    " : plnt__x == plnt__b[plnt__i])"
+)
 # Templates for plnt/cel/_checked.py's Rewriter, over placeholder variables plnt__a/b/m/k.
 TEMPLATES = {
     "eq_dyn": "(type(plnt__a) == kubernetes.Semver || type(plnt__a) == kubernetes.Quantity)"
@@ -318,6 +327,11 @@ TEMPLATES = {
     " ? !plnt__k8s_equals(plnt__a, plnt__b) : plnt__a != plnt__b",
     "eq_quantity": "plnt__k8s_equals(plnt__a, plnt__b)",
     "ne_quantity": "!plnt__k8s_equals(plnt__a, plnt__b)",
+    "eq_list": _EQ_LIST,
+    "ne_list": f"!({_EQ_LIST})",
+    # cel-go's list Contains: Equal(x, each); true if any is, else an error if any erred
+    "in_list": f"plnt__b.exists(plnt__x, {_IS_K8S.format('plnt__a')}"
+    " ? (plnt__x == null ? false : plnt__k8s_equals(plnt__a, plnt__x)) : plnt__a == plnt__x)",
     "lookup": "plnt__m[?plnt__k].orValue({})",
     "optional_lookup": "optional.of(plnt__m[?plnt__k].orValue({}))",
 }

@@ -589,29 +589,59 @@ HAND = [
 ]
 
 
-# Cases where cel-expr-python answers differently from Kubernetes, and why (docs/cel.md).
-# The parity test asserts that these, and only these, differ.
-# Expressions where plnt.cel is known to disagree with Kubernetes (docs/cel.md): the parity
-# test expects them to differ. None left; keep the mechanism for the next one found.
 VERSION_ATTR = f"{A}.cudaComputeCapability"
 DEEP = "(" * 40 + "1" + ")" * 40 + " > 0"
 # Expressions where plnt.cel is known to disagree with Kubernetes (docs/cel.md, "Known
 # differences"): the parity test expects them to differ and fails once one agrees.
 KNOWN_DIVERGENCES: dict[str, str] = {
-    f'[{VERSION_ATTR}] == ["9.0.0"]': "list equality of a version against a string: cel-go's "
-    "list equality skips the erroring element (true), plnt's element comparison is false",
-    '[quantity("1")] == [quantity("1000m")]': "quantities inside aggregates compare as messages "
-    "(value and representation), Kubernetes compares values",
-    'quantity("1") in [quantity("1000m")]': "as above, for `in`",
-    f'{VERSION_ATTR} in ["9.0.0"]': "cel-go turns a constant list into a hash set and cannot "
-    "hash a version (error); cel-cpp answers false",
     "device.attributes.transformMap(k, v, v.size()).size() > 0": "cel-expr-python 0.1.3 has no runtime "
     "function for cel.@mapInsert (transformMap, transformMapEntry)",
     DEEP: "cel-expr-python limits expression nesting to 32 levels; cel-go allows 250",
 }
+# Formerly known divergences, closed by the list equality and `in` rewrites (docs/cel.md);
+# kept at their place among the residual cases so that case ids stay stable.
+CLOSED_RESIDUAL = [
+    f'[{VERSION_ATTR}] == ["9.0.0"]',
+    '[quantity("1")] == [quantity("1000m")]',
+    'quantity("1") in [quantity("1000m")]',
+    f'{VERSION_ATTR} in ["9.0.0"]',
+]
 
 # Shapes plnt.cel does not follow yet; appended after PARITY_FIXES.
-RESIDUAL = [(expr, "h100") for expr in KNOWN_DIVERGENCES]
+RESIDUAL = [(expr, "h100") for expr in CLOSED_RESIDUAL + list(KNOWN_DIVERGENCES)]
+
+# Cases pinning Kubernetes' list equality and `in` (cel-go's baseList.Equal / Contains with
+# Kubernetes' Quantity/Semver Equal); appended last so that earlier case ids stay stable.
+LIST_EQUALITY = [
+    ('[quantity("1")] != [quantity("1000m")]', "h100"),
+    ('[quantity("1")] == [quantity("2")]', "h100"),
+    ('[quantity("1"), quantity("2")] == [quantity("1000m")]', "h100"),
+    ('[dyn(quantity("1")), dyn(2)] == [dyn("x"), dyn(2)]', "h100"),
+    ('[dyn(quantity("1")), dyn(2)] == [dyn("x"), dyn(3)]', "h100"),
+    ('[dyn("x")] == [dyn(quantity("1"))]', "h100"),
+    ('[dyn(quantity("1"))] == [dyn(null)]', "h100"),
+    ('[dyn(quantity("1"))] == [dyn(semver("1.0.0"))]', "h100"),
+    (f'[{VERSION_ATTR}] != ["9.0.0"]', "h100"),
+    (f'[{VERSION_ATTR}] == [semver("9.0.0")]', "h100"),
+    (f'[{VERSION_ATTR}, "a"] == ["9.0.0", "b"]', "h100"),
+    (f'[{VERSION_ATTR}] == ["9.0.0", "x"]', "h100"),
+    ("[1, 2] == [1, 2] && [1] != [2]", "h100"),
+    ('quantity("1") in [quantity("2"), quantity("1000m")]', "h100"),
+    ('quantity("1") in [quantity("2")]', "h100"),
+    ('quantity("1") in [dyn(null)]', "h100"),
+    ('dyn(null) in [dyn(quantity("1"))]', "h100"),
+    ('"a" in [dyn(quantity("1"))]', "h100"),
+    ('quantity("1") in [dyn("x"), dyn(quantity("1"))]', "h100"),
+    (f'{VERSION_ATTR} in ["9.0.0", {VERSION_ATTR}]', "h100"),
+    (f'{VERSION_ATTR} in [semver("9.0.0")]', "h100"),
+    ('device.attributes["gpu.nvidia.com"].productName in ["NVIDIA H100 80GB HBM3", "x"]', "h100"),
+    ('device.attributes["gpu.nvidia.com"].productName in ["x"]', "h100"),
+    ('[1, 2].all(x, [x] != [quantity("1")])', "h100"),
+    ('[quantity("1")].exists(x, x in [quantity("1000m")])', "h100"),
+    ("[1].all(x, [2].all(y, [dyn(x)] != [dyn(y)]))", "h100"),
+    ('[[quantity("1")]].all(l, l == [quantity("1000m")])', "h100"),
+    ('cel.bind(x, [quantity("1")], x == [quantity("1000m")] && quantity("1000m") in x)', "h100"),
+]
 
 
 # Cases pinning the closed divergences (docs/cel.md): Kubernetes' Quantity/Semver equality,
@@ -699,7 +729,14 @@ PARITY_FIXES = [
 
 
 def main() -> None:
-    cases = list(quantity_cases()) + list(semver_cases()) + HAND + PARITY_FIXES + RESIDUAL
+    cases = (
+        list(quantity_cases())
+        + list(semver_cases())
+        + HAND
+        + PARITY_FIXES
+        + RESIDUAL
+        + LIST_EQUALITY
+    )
     out = {
         "devices": DEVICES,
         "cases": [
