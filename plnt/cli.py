@@ -17,6 +17,13 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+# Subcommands with their own argument parsers: name -> (module with main(argv), help).
+DELEGATED = {
+    "gate": ("plnt.gate.cli", "smoke-test an OpenAI-compatible endpoint"),
+    "reconcile": ("plnt.reconcile.cli", "scale ModelDeployments toward a token rate"),
+    "bench": ("plnt.bench.cli", "run the benchmarks"),
+}
+
 
 def _function(args: argparse.Namespace) -> int:
     from plnt import runtime
@@ -100,26 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--all", action="store_true", help="DIR holds scenario folders: render each")
     rd.set_defaults(handler=_render)
 
-    for name, module, text in (
-        ("gate", "plnt.gate.cli", "smoke-test an OpenAI-compatible endpoint"),
-        ("reconcile", "plnt.reconcile.cli", "scale ModelDeployments toward a token rate"),
-        ("bench", "plnt.bench.cli", "run the benchmarks"),
-    ):
-        p = sub.add_parser(name, help=text, add_help=False)
-        p.set_defaults(delegate=module)
+    for name, (_, text) in DELEGATED.items():
+        # Listed for --help; main() hands their arguments to their own parsers.
+        sub.add_parser(name, help=text, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("gate", "reconcile", "bench"):
+    if argv and argv[0] in DELEGATED:
         import importlib
 
-        module = {
-            "gate": "plnt.gate.cli",
-            "reconcile": "plnt.reconcile.cli",
-            "bench": "plnt.bench.cli",
-        }
-        sys.exit(importlib.import_module(module[argv[0]]).main(argv[1:]))
+        module, _ = DELEGATED[argv[0]]
+        sys.exit(importlib.import_module(module).main(argv[1:]))
     args = build_parser().parse_args(argv)
     sys.exit(args.handler(args))

@@ -5,21 +5,12 @@ from __future__ import annotations
 import pytest
 
 from plnt import cel
+from plnt.cel_bench import DEVICE
 
+# The benchmark's device, plus an attribute under another domain.
 H100 = {
-    "name": "gpu",
-    "claim": "DRA",
-    "driver": "gpu.nvidia.com",
-    "deviceClassName": "gpu.nvidia.com",
-    "count": 8,
-    "attributes": {
-        "productName": {"string": "NVIDIA H100 80GB HBM3"},
-        "cudaComputeCapability": {"version": "9.0.0"},
-        "index": {"int": 0},
-        "mig": {"bool": False},
-        "other.domain.io/foo": {"string": "x"},
-    },
-    "capacity": {"memory": {"value": "80Gi"}},
+    **DEVICE,
+    "attributes": {**DEVICE["attributes"], "other.domain.io/foo": {"string": "x"}},
 }
 SELECTOR = (
     'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0 && '

@@ -106,6 +106,14 @@ def run(
 
 
 KINDS = sorted(SCENARIOS)
+# Fixed seeds and no example database: the normal run is the same slice every time.
+FUZZ_SETTINGS = settings(
+    max_examples=EXAMPLES_PER_FUNCTION,
+    deadline=None,
+    database=None,
+    derandomize=not FULL_RUN,
+    suppress_health_check=list(HealthCheck),
+)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -113,13 +121,7 @@ def test_functions_survive_mutated_input(kind: str) -> None:
     scenarios = SCENARIOS[kind]
 
     @seed(20261130)
-    @settings(
-        max_examples=EXAMPLES_PER_FUNCTION,
-        deadline=None,
-        database=None,
-        derandomize=not FULL_RUN,
-        suppress_health_check=list(HealthCheck),
-    )
+    @FUZZ_SETTINGS
     @given(data=st.data())
     def check(data: st.DataObject) -> None:
         scenario = data.draw(st.sampled_from(scenarios))
@@ -160,13 +162,7 @@ def test_functions_survive_mutated_fleet(kind: str) -> None:
     scenarios = [s for s in SCENARIOS[kind] if s.required or s.observed]
 
     @seed(20261201)
-    @settings(
-        max_examples=EXAMPLES_PER_FUNCTION,
-        deadline=None,
-        database=None,
-        derandomize=not FULL_RUN,
-        suppress_health_check=list(HealthCheck),
-    )
+    @FUZZ_SETTINGS
     @given(data=st.data())
     def check(data: st.DataObject) -> None:
         scenario = data.draw(with_mutated_fleet(data.draw(st.sampled_from(scenarios))))
