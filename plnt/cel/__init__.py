@@ -23,6 +23,11 @@ from plnt.cel import semver as sv
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength
 MAX_COMPREHENSION_DEPTH = 2  # see "Cost" in docs/cel.md
+# cel-expr-python's parser stops at depth 32, cel-go's at 250 (docs/cel.md, "Known differences").
+_TOO_DEEP = (
+    "nested or chained more than 32 levels deep, the limit of plnt's CEL parser (Kubernetes"
+    " allows 250); group a long chain of operators or calls with parentheses"
+)
 
 _ENV = lib.new_env()
 _TYPED_FIELDS = {
@@ -168,7 +173,10 @@ def _compile_program(expression: str, padded: frozenset[str]) -> Any:
     try:
         program = _ENV.compile(text)
     except Exception as err:  # cel-expr-python raises RuntimeError with the checker's issues
-        raise CelError(expression, "compilation failed: " + _clean(str(err))) from None
+        message = _clean(str(err))
+        if "recursion" in message:
+            message = _TOO_DEEP
+        raise CelError(expression, "compilation failed: " + message) from None
     checked = _checked.Checked.of(program.serialize())
     problem = _checked.homogeneity_error(checked)
     if problem:

@@ -5,7 +5,8 @@ differently and cel-expr-python has no option for (docs/cel.md, "How plnt fills 
   (ValidateHomogeneousAggregateLiterals), so `[1, "a"]` does not compile.
 - `Rewriter`: replaces nodes by templates compiled in the same environment: equality that
   must follow Kubernetes' Quantity/Semver `Equal` (also inside cel-go's list equality and
-  list `in`), and domain lookups whose key was not padded in advance. A template is an
+  list `in`), domain lookups whose key was not padded in advance, and the map building of
+  transformMap / transformMapEntry, which cel-expr-python cannot run. A template is an
   ordinary expression over placeholder variables; the placeholders are replaced by the
   original operands (copied with fresh ids when used twice).
 
@@ -23,9 +24,12 @@ ID, CONST, IDENT, SELECT, CALL, LIST, STRUCT, COMPREHENSION = 2, 3, 4, 5, 6, 7, 
 # child expressions by node kind: field numbers inside the kind's message
 _CHILDREN = {SELECT: (1,), CALL: (1, 3), LIST: (1,), COMPREHENSION: (2, 4, 5, 6, 7)}
 _STRUCT_ENTRIES, _ENTRY_KEY, _ENTRY_VALUE, _ENTRY_OPTIONAL = 2, 3, 4, 5
+# cel.expr.Expr.Comprehension fields
+_ACCU_VAR, _ACCU_INIT, _LOOP_STEP, _RESULT = 3, 4, 6, 7
+_MAP_INSERT = "cel.@mapInsert"
 # cel.expr.Type fields
-_TYPE_FIELDS = {1: "dyn", 2: "null", 3: "prim", 6: "list", 7: "map", 9: "message", 10: "param"}
-_TYPE_FIELDS |= {12: "error", 14: "abstract"}
+_TYPE_FIELDS = {1: "dyn", 2: "null", 3: "prim", 4: "wrapper", 5: "well_known", 6: "list"}
+_TYPE_FIELDS |= {7: "map", 9: "message", 10: "param", 11: "type", 12: "error", 14: "abstract"}
 _WILDCARDS = {"dyn", "param", "error"}
 QUANTITY_TYPE = ("message", "kubernetes.Quantity")
 SEMVER_TYPE = ("message", "kubernetes.Semver")
@@ -226,8 +230,9 @@ def result_type(serialized: bytes) -> tuple:
 
 
 def parse_type(raw: bytes) -> tuple:
-    """A cel.expr.Type as a tuple: ("dyn",), ("prim", n), ("list", t), ("map", k, v),
-    ("message", name), ("abstract", name, *params), ("null",), ("param",), ("error",)."""
+    """A cel.expr.Type as a tuple: ("dyn",), ("prim", n), ("wrapper", n), ("well_known", n),
+    ("list", t), ("map", k, v), ("message", name), ("type", t), ("abstract", name, *params),
+    ("null",), ("param",), ("error",)."""
     fields = w.decode(raw)
     if not fields:
         return ("dyn",)
@@ -235,10 +240,14 @@ def parse_type(raw: bytes) -> tuple:
     kind = _TYPE_FIELDS.get(number, "other")
     if kind in ("dyn", "null", "param", "error"):
         return (kind,)  # type parameters compare by kind only, as in IsEquivalentType
-    if kind == "prim":
-        return ("prim", value)
+    if kind in ("prim", "wrapper", "well_known"):
+        return (kind, value)
     if kind == "message":
         return ("message", value.decode())
+    if kind == "type":
+        return ("type", parse_type(value))
+    if kind == "other":
+        return ("other", number, value)
     parts = w.decode(value)
     if kind == "list":
         return ("list", parse_type(w.first(parts, 1, b"")))
@@ -247,7 +256,7 @@ def parse_type(raw: bytes) -> tuple:
     if kind == "abstract":
         params = tuple(parse_type(p) for p in w.every(parts, 2))
         return ("abstract", w.first(parts, 1, b"").decode(), *params)
-    return ("other", number, value)
+    return ("other", number, value)  # function types
 
 
 def _literals(node: Node, exempt: bool = False):
@@ -318,8 +327,9 @@ class Rewriter:
     """Rewrites a checked expression with templates over placeholders plnt__a/b/m/k.
 
     templates: "eq_dyn", "ne_dyn", "eq_quantity", "ne_quantity", "eq_list", "ne_list",
-    "in_list" (operands a, b), "lookup",
-    "optional_lookup" (map m, key k). domain_map_types: the checked types of
+    "in_list" (operands a, b), "lookup", "optional_lookup" (map m, key k), "map_entries",
+    "map_insert" (entries m, key k, value a), "map_insert_entries" (entries m, map a),
+    "map_finish" (entries m). domain_map_types: the checked types of
     device.attributes and device.capacity; an expression of such a type is taken for one of
     them (a variable bound to it, too)."""
 
@@ -345,6 +355,8 @@ class Rewriter:
         return checked.type_of(node) in self.domain_map_types
 
     def _replacement(self, checked: Checked, node: Node, padded: frozenset[str]) -> Node | None:
+        if node.kind == COMPREHENSION:
+            return self._map_building(checked, node)
         call = node.call()
         if call and call[2] is None and len(call[1]) == 2:
             function, (left, right) = call[0], call[1]
@@ -370,6 +382,45 @@ class Rewriter:
             values = {PLACEHOLDER + "m": operand, PLACEHOLDER + "k": key}
             return checked.instantiate(self.templates["lookup"], values)
         return None
+
+    def _map_building(self, checked: Checked, node: Node) -> Node | None:
+        """transformMap / transformMapEntry: the accumulator becomes a list of entries (a
+        list grows with `+`, which cel-cpp runs) and one call turns it into the map at the
+        end; a repeated key still errors there. The node is changed in place."""
+        accu = node.get(_ACCU_VAR, b"").decode()
+        step, result = node.get(_LOOP_STEP), node.get(_RESULT)
+        if result is None or result.ident() != accu:
+            return None
+        inserts = [
+            n
+            for n in step.walk()
+            if (c := n.call()) and c[0] == _MAP_INSERT and c[1][0].ident() == accu
+        ]
+        if not inserts:
+            return None
+
+        def replace(target: Node) -> Node:
+            if target not in inserts:
+                target.map_children(replace)
+                return target
+            _, args, _ = target.call()
+            if len(args) == 3:
+                values = {PLACEHOLDER + "m": args[0], PLACEHOLDER + "k": args[1]}
+                return checked.instantiate(
+                    self.templates["map_insert"], values | {PLACEHOLDER + "a": args[2]}
+                )
+            values = {PLACEHOLDER + "m": args[0], PLACEHOLDER + "a": args[1]}
+            return checked.instantiate(self.templates["map_insert_entries"], values)
+
+        for item in node.body:
+            if item[0] == _LOOP_STEP:
+                item[2] = replace(item[2])
+            elif item[0] == _ACCU_INIT:
+                item[2] = checked.instantiate(self.templates["map_entries"], {})
+            elif item[0] == _RESULT:
+                values = {PLACEHOLDER + "m": item[2]}
+                item[2] = checked.instantiate(self.templates["map_finish"], values)
+        return node
 
     def _list_equality(
         self, checked: Checked, function: str, left: Node, right: Node

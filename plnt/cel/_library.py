@@ -12,12 +12,20 @@ again with Kubernetes' cross-type numeric overloads (`ordering_decls`).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 
 from cel_expr_python import cel
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    duration_pb2,
+    message_factory,
+    timestamp_pb2,
+    wrappers_pb2,
+)
 
 from plnt import quantity as q
 from plnt.cel import semver as sv
@@ -146,8 +154,55 @@ def _k8s_equals(left: object, right: object) -> bool:
     raise TypeError("no such overload")
 
 
+def _entries_to_map(entries: list) -> dict:
+    """The map a transformMap / transformMapEntry builds. cel-expr-python has no runtime for
+    cel.@mapInsert, so plnt/cel/_checked.py makes the comprehension collect
+    [key, value, value is a uint] entries and hands them here once, at the end (uint map
+    keys come back as ints). A repeated key is an error, as in cel-go's mapInsert."""
+    out: dict = {}
+    for key, value, value_is_uint in entries:
+        if key in out:
+            held = next(k for k in out if k == key)
+            if isinstance(held, bool) == isinstance(key, bool):
+                raise ValueError(f"insert failed: key {_show(key)} already exists")
+            raise ValueError(
+                f"map keys {_show(held)} and {_show(key)} cannot be held together here"
+            )
+        out[key] = wrappers_pb2.UInt64Value(value=value) if value_is_uint else _to_cel(value)
+    return out
+
+
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def _show(key: object) -> str:
+    return str(key).lower() if isinstance(key, bool) else str(key)
+
+
+def _to_cel(value: object) -> object:
+    """A value handed to Python back into something cel-expr-python converts to the same CEL
+    value; uints nested in lists and maps come back as ints (docs/cel.md)."""
+    if isinstance(value, datetime.timedelta):
+        duration = duration_pb2.Duration()
+        duration.FromTimedelta(value)
+        return duration
+    if isinstance(value, datetime.datetime):
+        timestamp = timestamp_pb2.Timestamp()
+        timestamp.FromDatetime(value)
+        return timestamp
+    if isinstance(value, list):
+        return [_to_cel(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _to_cel(item) for key, item in value.items()}
+    if isinstance(value, cel.Type):
+        raise ValueError("a transformMap result holding type values is not supported here")
+    return value
+
+
 B, INT, S = cel.Type.BOOL, cel.Type.INT, cel.Type.STRING
 D, U = cel.Type.DOUBLE, cel.Type.UINT
+ANY_MAP = cel.Type.Map(cel.Type.DYN, cel.Type.DYN)
 
 # name -> [(overload id, result, parameters, is_member, implementation)]
 OVERLOADS: dict[str, list[tuple[str, cel.Type, list[cel.Type], bool, Callable]]] = {
@@ -204,6 +259,10 @@ OVERLOADS: dict[str, list[tuple[str, cel.Type, list[cel.Type], bool, Callable]]]
     "plnt__k8s_equals": [
         ("plnt__quantity_equals", B, [QUANTITY, QUANTITY], False, _k8s_equals),
         ("plnt__semver_equals", B, [SEMVER, SEMVER], False, _k8s_equals),
+    ],
+    "plnt__fail": [("plnt__fail", cel.Type.DYN, [S], False, _fail)],
+    "plnt__entries_to_map": [
+        ("plnt__entries_to_map", ANY_MAP, [cel.Type.List(cel.Type.DYN)], False, _entries_to_map)
     ],
     "major": [("semver_major", INT, [SEMVER], True, lambda m: m.plnt_major)],
     "minor": [("semver_minor", INT, [SEMVER], True, lambda m: m.plnt_minor)],
@@ -319,6 +378,7 @@ _EQ_LIST = (
     " : type(plnt__x) != type(plnt__b[plnt__i]) || plnt__k8s_equals(plnt__x, plnt__b[plnt__i]))"
     " : plnt__x == plnt__b[plnt__i])"
 )
+_NO_OPTIONAL = "a transformMap result holding optional values is not supported here"
 # Templates for plnt/cel/_checked.py's Rewriter, over placeholder variables plnt__a/b/m/k.
 TEMPLATES = {
     "eq_dyn": "(type(plnt__a) == kubernetes.Semver || type(plnt__a) == kubernetes.Quantity)"
@@ -333,6 +393,14 @@ TEMPLATES = {
     "in_list": f"plnt__b.exists(plnt__x, {_IS_K8S.format('plnt__a')}"
     " ? (plnt__x == null ? false : plnt__k8s_equals(plnt__a, plnt__x)) : plnt__a == plnt__x)",
     "lookup": "plnt__m[?plnt__k].orValue({})",
+    # transformMap / transformMapEntry: entries collected in a list (m), one map at the end.
+    "map_entries": "[]",
+    "map_insert": "cel.bind(plnt__v, plnt__a, type(plnt__v) == optional_type"
+    f" ? plnt__fail({_NO_OPTIONAL!r}) : plnt__m + [[plnt__k, plnt__v, type(plnt__v) == uint]])",
+    "map_insert_entries": "cel.bind(plnt__v, plnt__a, plnt__m + plnt__v.map(plnt__x,"
+    f" type(plnt__v[plnt__x]) == optional_type ? plnt__fail({_NO_OPTIONAL!r})"
+    " : [plnt__x, plnt__v[plnt__x], type(plnt__v[plnt__x]) == uint]))",
+    "map_finish": "plnt__entries_to_map(plnt__m)",
     "optional_lookup": "optional.of(plnt__m[?plnt__k].orValue({}))",
 }
 

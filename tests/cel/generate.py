@@ -159,6 +159,18 @@ def atom(rng: random.Random) -> str:
             f'quantity("{quantity_text(rng)}").add(quantity("{quantity_text(rng)}")).isInteger()'
         ),
         lambda: f'quantity("{quantity_text(rng)}").sub({rng.randint(-3, 3)}).sign() == 1',
+        lambda: (
+            f'device.attributes["{rng.choice(DOMAINS)}"].transformMap(k, v, k.startsWith('
+            f'"{rng.choice(NAMES)[:1]}"), v).size() {_ordering(rng)} {rng.randint(0, 3)}'
+        ),
+        lambda: (
+            f'device.capacity["{rng.choice(DOMAINS)}"].transformMap(k, v, v.compareTo({q}) >= 0)'
+            f'["{rng.choice(["memory", "power"])}"]'
+        ),
+        lambda: (
+            f'device.attributes["{rng.choice(DOMAINS)}"].transformMapEntry(k, v, {{k + "x": v}})'
+            f'.exists(k, k == "{rng.choice(NAMES)}x")'
+        ),
     ]
     return rng.choice(choices)()
 

@@ -593,22 +593,27 @@ VERSION_ATTR = f"{A}.cudaComputeCapability"
 DEEP = "(" * 40 + "1" + ")" * 40 + " > 0"
 # Expressions where plnt.cel is known to disagree with Kubernetes (docs/cel.md, "Known
 # differences"): the parity test expects them to differ and fails once one agrees.
+NESTED_UINT = "type([[1u]].transformMap(i, v, v)[0][0]) == uint"
+UINT_KEY = 'type({1u: "a"}.transformMap(k, v, v).map(k, k)[0]) == uint'
 KNOWN_DIVERGENCES: dict[str, str] = {
-    "device.attributes.transformMap(k, v, v.size()).size() > 0": "cel-expr-python 0.1.3 has no runtime "
-    "function for cel.@mapInsert (transformMap, transformMapEntry)",
     DEEP: "cel-expr-python limits expression nesting to 32 levels; cel-go allows 250",
+    NESTED_UINT: "a transformMap value passes through Python, where a uint nested in a list or "
+    "map becomes an int",
+    UINT_KEY: "a transformMap key passes through Python, where a uint key becomes an int",
 }
-# Formerly known divergences, closed by the list equality and `in` rewrites (docs/cel.md);
-# kept at their place among the residual cases so that case ids stay stable.
+# Formerly known divergences, closed by the list equality and `in` rewrites and the
+# transformMap rewrite (docs/cel.md); kept at their place among the residual cases so that
+# case ids stay stable.
 CLOSED_RESIDUAL = [
     f'[{VERSION_ATTR}] == ["9.0.0"]',
     '[quantity("1")] == [quantity("1000m")]',
     'quantity("1") in [quantity("1000m")]',
     f'{VERSION_ATTR} in ["9.0.0"]',
+    "device.attributes.transformMap(k, v, v.size()).size() > 0",
 ]
 
-# Shapes plnt.cel does not follow yet; appended after PARITY_FIXES.
-RESIDUAL = [(expr, "h100") for expr in CLOSED_RESIDUAL + list(KNOWN_DIVERGENCES)]
+# Shapes plnt.cel did not follow at first; appended after PARITY_FIXES.
+RESIDUAL = [(expr, "h100") for expr in [*CLOSED_RESIDUAL, DEEP]]
 
 # Cases pinning Kubernetes' list equality and `in` (cel-go's baseList.Equal / Contains with
 # Kubernetes' Quantity/Semver Equal); appended last so that earlier case ids stay stable.
@@ -728,6 +733,79 @@ PARITY_FIXES = [
 ]
 
 
+# transformMap / transformMapEntry, which plnt builds from a list of entries (docs/cel.md):
+# device maps, filters, repeated keys, errors inside, every kind of value, chained macros.
+# Appended last so that earlier case ids stay stable.
+_GPU_ATTRS = 'device.attributes["gpu.nvidia.com"]'
+_GPU_CAPACITY = 'device.capacity["gpu.nvidia.com"]'
+TRANSFORM_MAP = [
+    (f'{_GPU_ATTRS}.transformMap(k, v, k.startsWith("c"), v)["cores"] == 16896', "h100"),
+    (f'{_GPU_ATTRS}.transformMap(k, v, k.startsWith("c"), v).size() == 2', "h100"),
+    (f'{_GPU_ATTRS}.transformMap(k, v, v)["productName"].startsWith("NVIDIA")', "h100"),
+    (f'{_GPU_ATTRS}.transformMap(k, v, v)["missing"] == 1', "h100"),
+    (f'"cores" in {_GPU_ATTRS}.transformMap(k, v, v)', "h100"),
+    (f'"cores" in {_GPU_ATTRS}.transformMap(k, v, v)', "amd"),
+    (f'{_GPU_CAPACITY}.transformMap(k, v, v.compareTo(quantity("40Gi")) >= 0)["memory"]', "h100"),
+    (f'{_GPU_CAPACITY}.transformMap(k, v, v.compareTo(quantity("40Gi")) >= 0)["memory"]', "l40s"),
+    (f'{_GPU_CAPACITY}.transformMap(k, v, v)["memory"] == quantity("85899345920")', "h100"),
+    (
+        f'{_GPU_CAPACITY}.transformMap(k, v, v.add(1))["memory"].isGreaterThan(quantity("80Gi"))',
+        "h100",
+    ),
+    (f'{_GPU_ATTRS}.transformMap(k, v, v)["cudaComputeCapability"] == semver("9.0.0")', "h100"),
+    (
+        f'{_GPU_ATTRS}.transformMap(k, v, v)["cudaComputeCapability"].isGreaterThan(semver("8.0.0"))',
+        "mig",
+    ),
+    ('device.attributes.transformMap(d, attrs, attrs.size()).all(d, d != "")', "h100"),
+    ('device.attributes.transformMapEntry(d, a, {d: a.size()})["gpu.nvidia.com"] > 3', "h100"),
+    ("device.attributes.transformMapEntry(d, a, {d: a.size()}).size() == 0", "bare"),
+    (f'{_GPU_ATTRS}.transformMapEntry(k, v, {{"x": v}}).size() == 1', "h100"),
+    (f'{_GPU_ATTRS}.transformMapEntry(k, v, k == "cores", {{"x": v}})["x"] == 16896', "h100"),
+    ('[1, 2, 3].transformMapEntry(i, v, {string(v): i})["2"] == 1', "h100"),
+    ("[1, 2, 3].transformMapEntry(i, v, {v % 2: i}).size() == 2", "h100"),
+    ('{"a": 1, "b": 1}.transformMapEntry(k, v, {v: k}).size() == 1', "h100"),
+    ('{"a": 1, "b": 2}.transformMapEntry(k, v, {v: k})[1] == "a"', "h100"),
+    ('{"a": 1}.transformMapEntry(k, v, {k: v, k + "2": v}).size() == 2', "h100"),
+    ('{"a": 1}.transformMapEntry(k, v, {}).size() == 0', "h100"),
+    ('{"a": 1}.transformMapEntry(k, v, v)', "h100"),
+    ('["a", "b"].transformMap(i, v, v + "!")[1] == "b!"', "h100"),
+    ("[1u, 2u].transformMap(i, v, v)[1] + 1u == 3u", "h100"),
+    ("type([1u, 2u].transformMap(i, v, v)[0]) == uint", "h100"),
+    ('{1u: "a"}.transformMap(k, v, v)[1u] == "a"', "h100"),
+    ("{true: 1u}.transformMap(k, v, v + 1u)[true] == 2u", "h100"),
+    ('{"a": 1.5}.transformMap(k, v, v * 2.0)["a"] == 3.0', "h100"),
+    ('{"a": b"x"}.transformMap(k, v, v)["a"] == b"x"', "h100"),
+    ('{"a": null}.transformMap(k, v, v)["a"] == null', "h100"),
+    ('{"a": duration("1s")}.transformMap(k, v, v)["a"] == duration("1s")', "h100"),
+    (
+        '{"a": timestamp("2020-01-01T00:00:00Z")}.transformMap(k, v, v)["a"]'
+        ' == timestamp("2020-01-01T00:00:00Z")',
+        "h100",
+    ),
+    ('{"a": int}.transformMap(k, v, v)["a"] == int', "h100"),
+    ("{1: true}.transformMap(k, v, [v, !v])[1][1] == false", "h100"),
+    ('{"a": [1, 2]}.transformMap(k, v, v.map(x, x * 2))["a"] == [2, 4]', "h100"),
+    ('{"a": {"b": 1}}.transformMap(k, v, v.transformMap(k2, v2, v2 + 1))["a"]["b"] == 2', "h100"),
+    ('{"a": 1, "b": 2}.transformMap(k, v, v * 10) == {"b": 20, "a": 10}', "h100"),
+    ('{"a": 1}.transformMap(k, v, v) == {"a": 2}', "h100"),
+    ("{}.transformMap(k, v, v).size() == 0", "h100"),
+    ('{"a": 1}.transformMap(k, v, k, v).size() == 1', "h100"),
+    ('{"a": 1}.transformMap(k, v, [1, 2][v + 5]).size() == 1', "h100"),
+    ('{"a": 1}.transformMap(k, v, v == 1 || [1][5] == 1, v).size() == 1', "h100"),
+    ('{"a": 1}.transformMap(k, v, v / 0).size() == 1', "h100"),
+    ('{"a": 1}.transformMap(k, v, v)', "h100"),
+    ('{"a": 1}.transformMap(k, k, v).size() == 1', "h100"),
+    ('cel.bind(m, {"a": 1}.transformMap(k, v, v + 1), m.a == 2 && m["a"] == 2)', "h100"),
+    ('has({"a": 1}.transformMap(k, v, v + 1).b)', "h100"),
+    ("[1, 2, 3].transformList(i, v, v * 2).transformMap(i, v, v)[2] == 6", "h100"),
+    ('[dyn(1), dyn("x")].transformMap(i, v, v)[1] == "x"', "h100"),
+    (f"{_GPU_ATTRS}.transformMap(k, v, v).transformMap(k, v, k).size() > 2", "h100"),
+    (NESTED_UINT, "h100"),
+    (UINT_KEY, "h100"),
+]
+
+
 def main() -> None:
     cases = (
         list(quantity_cases())
@@ -736,6 +814,7 @@ def main() -> None:
         + PARITY_FIXES
         + RESIDUAL
         + LIST_EQUALITY
+        + TRANSFORM_MAP
     )
     out = {
         "devices": DEVICES,

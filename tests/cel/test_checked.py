@@ -75,3 +75,77 @@ def test_wire_format_round_trips_byte_for_byte():
     assert _checked.Checked.of(serialized).root.dump() == _wire.first(
         _wire.decode(_wire.first(_wire.decode(serialized), 2)), 4
     )
+
+
+def test_transform_map_builds_its_map_from_a_list_of_entries():
+    expression = f'{A}.transformMap(k, v, k.startsWith("i"), v)'
+    checked = _checked.Checked.of(cel.compile(f"{expression}.size() == 1").program.serialize())
+    calls = {node.call()[0] for node in checked.root.walk() if node.call()}
+    assert "cel.@mapInsert" not in calls
+    assert {"plnt__entries_to_map", "_+_"} <= calls
+    assert cel.evaluate(f"{expression}.size() == 1", H100)
+    assert cel.evaluate(f'{expression}["index"] == 0', H100)
+    assert not cel.evaluate(f'"productName" in {expression}', H100)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ('{"a": 1, "b": 1}.transformMapEntry(k, v, {v: k}).size() > 0', "key 1 already exists"),
+        (f'{A}.transformMapEntry(k, v, {{"x": v}}).size() > 0', "key x already exists"),
+        ('{"a": 1}.transformMap(k, v, optional.of(v)).size() > 0', "optional values"),
+        ('{"a": 1}.transformMap(k, v, type(v)).size() > 0', "type values"),
+    ],
+)
+def test_transform_map_failures_say_what_failed(expression, message):
+    with pytest.raises(cel.CelError, match=message):
+        cel.evaluate(expression, H100)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        'type({"a": 2u}.transformMap(k, v, v).a) == uint',
+        '{"a": duration("90s")}.transformMap(k, v, v).a == duration("1m30s")',
+        '{"a": timestamp("2026-01-01T00:00:00Z")}.transformMap(k, v, v).a.getFullYear() == 2026',
+        '{"a": quantity("1")}.transformMap(k, v, v).a.isLessThan(quantity("2"))',
+        '{"a": semver("1.2.3")}.transformMap(k, v, v).a.minor() == 2',
+        '{"a": [dyn(1), dyn("x")]}.transformMap(k, v, v).a[1] == "x"',
+    ],
+)
+def test_transform_map_values_come_back_as_the_same_cel_values(expression):
+    assert cel.evaluate(expression, H100) is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "kind"),
+    [
+        ('duration("1s")', ("well_known", 3)),
+        ('timestamp("2026-01-01T00:00:00Z")', ("well_known", 2)),
+        ("int", ("type", ("prim", 2))),
+        ("google.protobuf.Int64Value{value: 1}", ("wrapper", 2)),
+    ],
+)
+def test_checked_types_of_every_kind_are_read(expression, kind):
+    """Well-known, wrapper and type types used to crash the homogeneous-literal check."""
+    assert _checked.result_type(cel.compile(f"[{expression}].size() == 1").program.serialize()) == (
+        "prim",
+        1,
+    )
+    literal = _checked.Checked.of(cel._ENV.compile(f"[{expression}]").serialize())
+    assert literal.type_of(literal.root) == ("list", kind)
+    assert cel.evaluate(f"[{expression}, {expression}].size() == 2", H100)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "(" * 40 + "1" + ")" * 40 + " > 0",
+        "1" + " + 1" * 40 + " > 0",
+        f"{A}.productName" + ".lowerAscii()" * 40 + ' != ""',
+    ],
+)
+def test_too_deep_for_the_parser_says_so_and_grouping_helps(expression):
+    with pytest.raises(cel.CelError, match=r"more than 32 levels deep.*Kubernetes allows 250"):
+        cel.compile(expression)
+    assert cel.evaluate("(1" + " + 1" * 20 + ") + (1" + " + 1" * 20 + ") == 42", H100)
