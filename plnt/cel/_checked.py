@@ -391,16 +391,16 @@ class Rewriter:
         step, result = node.get(_LOOP_STEP), node.get(_RESULT)
         if result is None or result.ident() != accu:
             return None
-        inserts = [
-            n
+        inserts = {
+            n.id
             for n in step.walk()
             if (c := n.call()) and c[0] == _MAP_INSERT and c[1][0].ident() == accu
-        ]
+        }
         if not inserts:
             return None
 
         def replace(target: Node) -> Node:
-            if target not in inserts:
+            if target.id not in inserts:
                 target.map_children(replace)
                 return target
             _, args, _ = target.call()
