@@ -261,11 +261,15 @@ AVAILABLE_COPIES: dict[str, str] = {
 }
 
 
+def _copies(manifest: dict[str, Any], fields: dict[str, str]) -> int:
+    kind = manifest.get("kind")
+    key = fields.get(kind) if isinstance(kind, str) else None
+    return status_count(manifest, key) if key else 0
+
+
 def available_copies(manifest: dict[str, Any]) -> int:
     """Available copies in an observed workload manifest (0 when it was never observed)."""
-    kind = manifest.get("kind")
-    key = AVAILABLE_COPIES.get(kind) if isinstance(kind, str) else None
-    return status_count(manifest, key) if key else 0
+    return _copies(manifest, AVAILABLE_COPIES)
 
 
 # The status field saying how many copies a workload has created pods for (scheduled or not).
@@ -277,6 +281,4 @@ CREATED_COPIES: dict[str, str] = {
 
 def created_copies(manifest: dict[str, Any]) -> int:
     """Copies with pods in an observed workload manifest (0 when it was never observed)."""
-    kind = manifest.get("kind")
-    key = CREATED_COPIES.get(kind) if isinstance(kind, str) else None
-    return status_count(manifest, key) if key else 0
+    return _copies(manifest, CREATED_COPIES)
