@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: setup preview test lint bench fuzz clean
+.PHONY: setup preview test lint bench fuzz dev clean
 
 setup:
 	@hack/setup.sh
@@ -16,7 +16,13 @@ test: setup
 	@hack/setup-test.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/pytest -n 2 -q
+	.venv/bin/pytest -n 2 --dist loadgroup -q
+
+## A live control plane to try plnt on (Crossplane, provider-kubernetes, plnt's functions, a
+## workload cluster), in a private network namespace, until Ctrl-C. Needs root.
+dev: setup
+	@hack/setup-test.sh
+	.venv/bin/python -m tests.e2e.stack
 
 bench: setup
 	.venv/bin/plnt bench

@@ -10,9 +10,13 @@ from plnt import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SHARED_CRDS = REPO.parent / "shared" / "crds"
-# `beta validate` always wants Crossplane's own CRDs from a package image. We have them (from
-# the v2.2.4 tag, see shared/crds/SOURCES.md), so we seed its cache instead of downloading.
-CROSSPLANE_IMAGE = "xpkg.crossplane.io/crossplane/crossplane:v2.2.4"
+# `beta validate` always wants Crossplane's own CRDs from a package image. We seed its cache
+# instead of downloading: the XRD and Composition CRDs of Crossplane v2.3.0, the version plnt
+# requires (its XRDs declare a scale subresource, new in v2.3), taken from that module in the
+# Go module cache by hack/install-controlplane.sh; the Function CRD from ../shared/crds.
+CROSSPLANE_VERSION = "v2.3.0"
+CROSSPLANE_IMAGE = f"xpkg.crossplane.io/crossplane/crossplane:{CROSSPLANE_VERSION}"
+MODULE_CRDS = REPO / ".tools" / "crds" / "crossplane"
 CROSSPLANE_CRDS = (
     "apiextensions.crossplane.io_compositeresourcedefinitions.yaml",
     "apiextensions.crossplane.io_compositions.yaml",
@@ -29,7 +33,12 @@ def run(crank: pathlib.Path, *args: str, timeout: float = 300) -> subprocess.Com
 def validate_cache(root: pathlib.Path) -> pathlib.Path:
     image_dir = root / CROSSPLANE_IMAGE.replace(":", "@")
     image_dir.mkdir(parents=True, exist_ok=True)
-    body = "".join((SHARED_CRDS / f).read_text().rstrip() + "\n---\n" for f in CROSSPLANE_CRDS)
+    missing = [f for f in CROSSPLANE_CRDS if not (MODULE_CRDS / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{MODULE_CRDS} lacks {missing}: run `make test` (hack/install-controlplane.sh)"
+        )
+    body = "".join((MODULE_CRDS / f).read_text().rstrip() + "\n---\n" for f in CROSSPLANE_CRDS)
     (image_dir / "package.yaml").write_text(body)
     return root
 

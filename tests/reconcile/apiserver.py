@@ -62,24 +62,41 @@ def missing() -> list[str]:
     return gaps
 
 
+# The Kubernetes binaries the tests run, all built from one k8s.io/kubernetes module so the Go
+# build cache is shared: kube-apiserver (reconciler and e2e tests), kube-controller-manager
+# (the e2e control plane's garbage collector and namespace controller) and kubectl (the e2e
+# tests drive the live control plane with it, as users do).
+KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kubectl")
+
+
+def _install_etcd() -> None:
+    if shutil.which("etcd") is not None:
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    policy = subprocess.run(
+        ["apt-cache", "policy", "etcd-server"], capture_output=True, text=True, check=False
+    ).stdout
+    if "Candidate: (none)" in policy or "Candidate:" not in policy:
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "etcd-server"],
+        check=True,
+        env=env,
+    )
+
+
 def install() -> None:
-    """Install etcd from Debian and build kube-apiserver from the Go module proxy, once."""
-    if shutil.which("etcd") is None:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        policy = subprocess.run(
-            ["apt-cache", "policy", "etcd-server"], capture_output=True, text=True, check=False
-        ).stdout
-        if "Candidate: (none)" in policy or "Candidate:" not in policy:
-            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "etcd-server"],
-            check=True,
-            env=env,
-        )
-    stamp = TOOLS / f".kube-apiserver-{KUBE_VERSION}"
-    if KUBE_APISERVER.is_file() and stamp.is_file():
+    """Install etcd from Debian and build the Kubernetes binaries from the Go module proxy, once."""
+    _install_etcd()
+    wanted = [
+        b
+        for b in KUBE_BINARIES
+        if not ((TOOLS / b).is_file() and (TOOLS / f".{b}-{KUBE_VERSION}").is_file())
+    ]
+    if not wanted:
         return
     TOOLS.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with local
     # folders the module zip does not carry; pin each to the matching published v0.x release.
     with tempfile.TemporaryDirectory() as work:
@@ -102,30 +119,33 @@ def install() -> None:
             f"module plntkas\n\ngo 1.26\n\nrequire k8s.io/kubernetes {KUBE_VERSION}\n\n"
             f"replace (\n{replaces}\n)\n"
         )
+        imports = "".join(f'\t_ "k8s.io/kubernetes/cmd/{b}/app"\n' for b in KUBE_BINARIES[:2])
         (pathlib.Path(work) / "main.go").write_text(
-            "package main\n\n"
-            'import _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n\n'
+            f'package main\n\nimport (\n{imports}\t_ "k8s.io/kubectl/pkg/cmd"\n)\n\n'
             "func main() {}\n"
         )
         subprocess.run(["go", "mod", "tidy"], check=True, cwd=work, env=env)
-        subprocess.run(
-            [
-                "go",
-                "build",
-                "-trimpath",
-                "-ldflags",
-                "-s -w",
-                "-o",
-                str(KUBE_APISERVER),
-                "k8s.io/kubernetes/cmd/kube-apiserver",
-            ],
-            check=True,
-            cwd=work,
-            env=env,
-        )
-    for old in TOOLS.glob(".kube-apiserver-*"):
-        old.unlink()
-    stamp.touch()
+        for binary in wanted:
+            print(f"building {binary} {KUBE_VERSION} into {TOOLS} ...", file=sys.stderr)
+            subprocess.run(
+                [
+                    "go",
+                    "build",
+                    "-trimpath",
+                    "-ldflags",
+                    "-s -w",
+                    "-o",
+                    str(TOOLS / binary),
+                    f"k8s.io/kubernetes/cmd/{binary}",
+                ],
+                check=True,
+                cwd=work,
+                env=env,
+            )
+            for old in TOOLS.glob(f".{binary}-*"):
+                old.unlink()
+            (TOOLS / f".{binary}-{KUBE_VERSION}").touch()
+    print(f"built {', '.join(wanted)} in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 
 class APIServer:

@@ -57,8 +57,14 @@ def ca(cn: str = "plnt-test-ca") -> tuple[Pair, ec.EllipticCurvePrivateKey, x509
 
 
 def leaf(
-    ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, cn: str, *, server: bool
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    cn: str,
+    *,
+    server: bool,
+    hosts: tuple[str, ...] = ("localhost", "127.0.0.1"),
 ) -> Pair:
+    """A server (SANs: ``hosts``, names or IP addresses) or client certificate the CA signs."""
     key = _key()
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
     builder = (
@@ -71,13 +77,18 @@ def leaf(
     )
     if server:
         builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
+            x509.SubjectAlternativeName([_san(h) for h in hosts]),
             critical=False,
         )
     cert = _validity(builder).sign(ca_key, hashes.SHA256())
     return Pair(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
+
+def _san(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
 
 
 @dataclasses.dataclass

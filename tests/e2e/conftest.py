@@ -1,0 +1,30 @@
+"""The live control plane, started once per test session on one pytest worker.
+
+Every test in this folder is in the xdist group "e2e" (`make test` runs pytest with
+`--dist loadgroup`), so one worker runs them all, in file order, against one stack.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e import stack
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in item.nodeid:
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+
+
+@pytest.fixture(scope="session")
+def plane(tmp_path_factory: pytest.TempPathFactory):
+    """Crossplane core, provider-kubernetes and plnt's functions on a management API server."""
+    gaps = stack.missing()
+    if gaps:
+        pytest.fail("the live control plane needs " + ", ".join(gaps) + ": run `make test`")
+    control_plane = stack.ControlPlane(tmp_path_factory.mktemp("e2e"))
+    try:
+        yield control_plane
+    finally:
+        control_plane.close()

@@ -1,0 +1,166 @@
+"""The gateway data plane and the engines behind it, for the live control plane.
+
+No gateway proxy or GPU engine runs here. Each workload cluster's Gateway gets a TEST-NET-1
+address inside the private network namespace, and this module listens on it (port 80) as the
+gateway's data plane would: a request is routed by the HTTPRoutes that plnt composed on that
+cluster (longest PathPrefix match; no route is a 404), the matched prefix is rewritten away as
+the route's URLRewrite says, and the request is forwarded to an engine. The engines are
+`plnt.gate.fake_server` servers on 127.0.0.1, streaming exactly as vLLM does; which latency a
+replica's engine has is the test's choice (`Engines.policy`), so a test can make one revision
+fast and another slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from plnt.gate.fake_server import Behaviour, FakeServer
+
+if TYPE_CHECKING:
+    from tests.e2e.kube import APIServer
+
+FAST = Behaviour(ttft_ms=20, tpot_ms=5, tokens=16)
+SLOW = Behaviour(ttft_ms=20, tpot_ms=80, tokens=16)
+HTTPROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
+
+
+class Engines:
+    """Every gateway's data plane on one asyncio loop in a thread of its own."""
+
+    def __init__(self, simulator: Any) -> None:
+        self.simulator = simulator
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="plnt-e2e-engines", daemon=True
+        )
+        # (namespace, replica) -> the engine's behaviour; the default is FAST
+        self.policy: Callable[[str, str], Behaviour] = lambda namespace, replica: FAST
+        self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._servers: list[asyncio.AbstractServer] = []
+        self._engines: dict[Behaviour, FakeServer] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        async def _close() -> None:
+            for server in self._servers:
+                server.close()
+            for engine in self._engines.values():
+                await engine.stop()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(_close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    def listen(self, address: str, api: APIServer) -> None:
+        """Serve the data plane of the cluster behind ``api`` on ``address``:80."""
+
+        async def _start() -> None:
+            server = await asyncio.start_server(
+                lambda r, w: self._connection(r, w, api), address, 80
+            )
+            self._servers.append(server)
+
+        asyncio.run_coroutine_threadsafe(_start(), self.loop).result(10)
+
+    def count(self, namespace: str, replica: str) -> int:
+        """Chat completions the data plane forwarded to one replica's engine."""
+        return self.requests[(namespace, replica)]
+
+    # --- the data plane ---------------------------------------------------------------------
+
+    async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api: APIServer
+    ) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, version = lines[0].split(" ", 2)
+                headers = [line for line in lines[1:] if line]
+                length = 0
+                for line in headers:
+                    key, _, value = line.partition(":")
+                    if key.strip().lower() == "content-length":
+                        length = int(value.strip())
+                body = await reader.readexactly(length) if length else b""
+                route = await asyncio.to_thread(_route, api, path)
+                if route is None:
+                    payload = json.dumps({"error": f"no route for {path}"}).encode()
+                    writer.write(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+                        + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                        + payload
+                    )
+                    await writer.drain()
+                    continue
+                namespace, replica, prefix = route
+                rest = "/" + path[len(prefix) :].lstrip("/")
+                if rest.startswith("/v1/chat/completions"):
+                    self.requests[(namespace, replica)] += 1
+                engine = await self._engine(self.policy(namespace, replica))
+                await _forward(engine, method, rest, version, headers, body, writer)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    async def _engine(self, behaviour: Behaviour) -> FakeServer:
+        if behaviour not in self._engines:
+            self._engines[behaviour] = await FakeServer(behaviour).start()
+        return self._engines[behaviour]
+
+
+async def _forward(
+    engine: FakeServer,
+    method: str,
+    path: str,
+    version: str,
+    headers: list[str],
+    body: bytes,
+    writer: asyncio.StreamWriter,
+) -> None:
+    """One request to the engine on a connection of its own; its bytes back as they come."""
+    up_reader, up_writer = await asyncio.open_connection(engine.host, engine.port)
+    try:
+        up_writer.write(
+            f"{method} {path} {version}\r\n".encode()
+            + "".join(f"{h}\r\n" for h in headers).encode("latin-1")
+            + b"\r\n"
+            + body
+        )
+        await up_writer.drain()
+        up_writer.write_eof()  # one request: the engine closes after answering it
+        while chunk := await up_reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    finally:
+        up_writer.close()
+
+
+def _route(api: APIServer, path: str) -> tuple[str, str, str] | None:
+    """(namespace, replica, matched prefix) of the longest PathPrefix match, or None."""
+    best: tuple[str, str, str] | None = None
+    for route in api.list(*HTTPROUTE):
+        meta = route["metadata"]
+        for rule in (route.get("spec") or {}).get("rules") or []:
+            for match in rule.get("matches") or []:
+                p = match.get("path") or {}
+                prefix = p.get("value", "")
+                if p.get("type", "PathPrefix") != "PathPrefix" or not prefix:
+                    continue
+                if (path == prefix or path.startswith(prefix.rstrip("/") + "/")) and (
+                    best is None or len(prefix) > len(best[2])
+                ):
+                    replica = prefix.strip("/").split("/")[-1]
+                    best = (meta.get("namespace", ""), replica, prefix)
+    return best

@@ -1,0 +1,104 @@
+"""The fleet the e2e scenarios serve models on: an InferenceClass and an Existing InferenceCluster
+whose kubeconfig reaches a workload API server, plus the control-plane Gateway ModelService
+routes through (a prerequisite plnt does not compose: README, "Installing")."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+import yaml
+
+from tests.e2e import live
+from tests.e2e.stack import REPO, ControlPlane
+
+API = "modelplane.ai/v1alpha1"
+CLUSTER = "lab-h100"
+CLASS = "nvidia-h100-8x"
+NODES = 4  # four 8-GPU nodes
+SECRET_NAMESPACE = "plnt-system"
+
+
+def h100_class() -> dict[str, Any]:
+    docs = yaml.safe_load_all(
+        (REPO / "examples" / "fleet" / "classes-coreweave-h100.yaml").read_text()
+    )
+    cls = next(d for d in docs if d["metadata"]["name"] == CLASS)
+    return copy.deepcopy(cls)
+
+
+def existing_cluster(name: str = CLUSTER, nodes: int = NODES) -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "InferenceCluster",
+        "metadata": {
+            "name": name,
+            "labels": {"modelplane.ai/provider": "on-prem", "modelplane.ai/region": "eu-west"},
+        },
+        "spec": {
+            "cluster": {
+                "source": "Existing",
+                "existing": {
+                    "secretRef": {
+                        "name": f"{name}-kubeconfig",
+                        "namespace": SECRET_NAMESPACE,
+                        "key": "kubeconfig",
+                    }
+                },
+            },
+            "nodePools": [{"name": "h100", "className": CLASS, "nodeCount": nodes}],
+        },
+    }
+
+
+def control_plane_gateway() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "GatewayClass",
+            "metadata": {"name": "plnt-control-plane"},
+            "spec": {"controllerName": "example.net/gateway-controller"},
+        },
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": "plnt-gateway", "namespace": "plnt-system"},
+            "spec": {
+                "gatewayClassName": "plnt-control-plane",
+                "listeners": [
+                    {
+                        "name": "http",
+                        "protocol": "HTTP",
+                        "port": 80,
+                        "allowedRoutes": {"namespaces": {"from": "All"}},
+                    }
+                ],
+            },
+        },
+    ]
+
+
+def apply_existing_cluster(plane: ControlPlane, name: str = CLUSTER, nodes: int = NODES) -> None:
+    workload = plane.workload(name)
+    kubeconfig = yaml.safe_dump(workload.kubeconfig_doc())
+    docs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SECRET_NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-kubeconfig", "namespace": SECRET_NAMESPACE},
+            "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
+        },
+        h100_class(),
+        existing_cluster(name, nodes),
+    ]
+    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+
+
+def ensure(plane: ControlPlane) -> dict[str, Any]:
+    """The fleet, Ready; returns the InferenceCluster as read back."""
+    if plane.mgmt.get(API, "InferenceCluster", CLUSTER) is None:
+        plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(control_plane_gateway()))
+        apply_existing_cluster(plane)
+    return live.wait_ready(plane.mgmt, API, "InferenceCluster", CLUSTER, seconds=240)

@@ -1,0 +1,435 @@
+"""Stand-ins for the controllers that cannot run on this machine, and nothing else.
+
+provider-coreweave and provider-helm cannot be had here (no CoreWeave API, no chart registry),
+no gateway controller or data plane runs, CKS's NodePool controller is CoreWeave's own, and
+there is no kubelet. Each stand-in writes only what its real counterpart writes, read off their
+CRDs' status schemas:
+
+- provider-coreweave: a VPC's and a CKS Cluster's `status.atProvider` and Ready/Synced. A CKS
+  Cluster's `apiServerEndpoint` is a workload API server started for it, which authenticates
+  the CoreWeave token as CKS does.
+- provider-helm: a Release's `status.atProvider` (`state: deployed`, revision) and Ready/Synced,
+  plus the cluster-scoped objects the chart would install on the target cluster when other
+  components depend on them (Gateway API and LeaderWorkerSet CRDs, the kgateway GatewayClass,
+  the NVIDIA driver's DeviceClass). The target is found as provider-helm finds it: the
+  Release's ClusterProviderConfig, its kubeconfig Secret, the server in that kubeconfig.
+- the gateway controller: a Gateway's `status.addresses` (a TEST-NET-1 address inside the
+  private network namespace) and Accepted/Programmed conditions; its data plane is
+  `tests/e2e/engines.py`.
+- CKS's NodePool controller: a NodePool's AtTarget condition and node counts.
+- the kubelet (with the Deployment and LeaderWorkerSet controllers it would report through): a
+  workload's status once its copies would be running (`availableReplicas` = spec.replicas).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from tests.e2e import kube, netns
+
+if TYPE_CHECKING:
+    from tests.e2e.stack import ControlPlane
+
+log = logging.getLogger("plnt.e2e.simulator")
+
+VPC = ("networking.coreweave.m.crossplane.io/v1alpha1", "VPC")
+CKS_CLUSTER = ("cks.coreweave.m.crossplane.io/v1alpha1", "Cluster")
+RELEASE = ("helm.m.crossplane.io/v1beta1", "Release")
+HELM_CONFIG = ("helm.m.crossplane.io/v1beta1", "ClusterProviderConfig")
+GATEWAY = ("gateway.networking.k8s.io/v1", "Gateway")
+NODEPOOL = ("compute.coreweave.com/v1alpha1", "NodePool")
+DEPLOYMENT = ("apps/v1", "Deployment")
+LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+
+# What a chart puts on the cluster that another component needs to exist (CRDs, classes).
+CHART_OBJECTS: dict[str, tuple[str, ...]] = {
+    "gateway-crds-helm": (
+        "gateway.networking.k8s.io_gatewayclasses.yaml",
+        "gateway.networking.k8s.io_gateways.yaml",
+        "gateway.networking.k8s.io_httproutes.yaml",
+        "gateway.networking.k8s.io_referencegrants.yaml",
+    ),
+    "lws": ("leaderworkerset.x-k8s.io_leaderworkersets.yaml",),
+    "kgateway-crds": ("inference.networking.x-k8s.io_inferenceobjectives.yaml",),
+}
+GATEWAY_CLASS = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "GatewayClass",
+    "metadata": {"name": "kgateway"},
+    "spec": {"controllerName": "kgateway.dev/kgateway"},
+}
+NVIDIA_DEVICE_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+}
+# CKS's NodePool CRD is CoreWeave's; no schema is published, so the workload clusters get a
+# schemaless one with the status subresource, which is all provider-kubernetes needs.
+NODEPOOL_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "nodepools.compute.coreweave.com"},
+    "spec": {
+        "group": "compute.coreweave.com",
+        "scope": "Cluster",
+        "names": {"kind": "NodePool", "plural": "nodepools", "singular": "nodepool"},
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+# CKS ships a shared-vast StorageClass on every cluster; a CoreWeaveCluster copies it.
+SHARED_VAST = {
+    "apiVersion": "storage.k8s.io/v1",
+    "kind": "StorageClass",
+    "metadata": {"name": "shared-vast"},
+    "provisioner": "csi.vastdata.com",
+    "parameters": {"vip_pool_name": "shared"},
+    "reclaimPolicy": "Retain",
+    "volumeBindingMode": "Immediate",
+}
+
+
+# How long a pod's init containers (staging model weights) "run" before the engine is ready:
+# longer than Crossplane's poll interval, so the PullingWeights phase is observed.
+STAGING_SECONDS = 8.0
+
+
+def condition(typ: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
+    out = {
+        "type": typ,
+        "status": status,
+        "reason": reason,
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if message:
+        out["message"] = message
+    return out
+
+
+def _has(obj: Mapping[str, Any], typ: str, status: str = "True") -> bool:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == typ and c.get("status") == status for c in conds)
+
+
+class Simulator:
+    """Runs the stand-ins every half second on a thread of its own (inside the namespace)."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="plnt-e2e-simulator", daemon=True)
+        self.errors: list[str] = []
+        self.gateway_addresses: dict[tuple[str, str], str] = {}  # (api server, ns/name) -> IP
+        self.installed: set[tuple[str, str]] = set()  # (api server, chart)
+        self.kubelet_paused = threading.Event()  # set: workloads stay unavailable
+        self.cks_clusters: dict[tuple[str, str], str] = {}  # (ns, name) -> workload name
+        self.first_seen: dict[tuple[str, ...], float] = {}  # a workload generation, first seen
+        from tests.e2e import engines
+
+        self.engines = engines.Engines(self)
+        self.engines.start()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+        self.engines.stop()
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.step()
+            except Exception:  # a stand-in must not die on a transient API error
+                self.errors.append(traceback.format_exc())
+                del self.errors[:-20]
+            self.stopping.wait(0.5)
+
+    def step(self) -> None:
+        mgmt = self.plane.mgmt
+        for vpc in mgmt.list(*VPC):
+            self._coreweave_vpc(vpc)
+        for cluster in mgmt.list(*CKS_CLUSTER):
+            self._cks_cluster(cluster)
+        for release in mgmt.list(*RELEASE):
+            self._helm_release(release)
+        for gateway in mgmt.list(*GATEWAY):
+            self._gateway(mgmt, gateway)
+        for api in list(self.plane.workloads.values()):
+            for pool in api.list(*NODEPOOL):
+                self._node_pool(api, pool)
+            for gateway in api.list(*GATEWAY):
+                self._gateway(api, gateway)
+            if not self.kubelet_paused.is_set():
+                for deployment in api.list(*DEPLOYMENT):
+                    self._deployment(api, deployment)
+                for lws in api.list(*LWS):
+                    self._leader_worker_set(api, lws)
+
+    # --- provider-coreweave -----------------------------------------------------------------
+
+    def _coreweave_vpc(self, vpc: dict[str, Any]) -> None:
+        if _has(vpc, "Ready"):
+            return
+        spec = (vpc.get("spec") or {}).get("forProvider") or {}
+        uid = vpc["metadata"]["uid"]
+        self.plane.mgmt.patch_status(
+            vpc,
+            {
+                "atProvider": {"id": uid, "name": spec.get("name"), "zone": spec.get("zone")},
+                "conditions": [
+                    condition("Ready", "True", "Available"),
+                    condition("Synced", "True", "ReconcileSuccess"),
+                ],
+            },
+        )
+
+    def _cks_cluster(self, cluster: dict[str, Any]) -> None:
+        meta = cluster["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        workload = self.plane.workload(f"cks-{key[1]}")
+        self.cks_clusters[key] = f"cks-{key[1]}"
+        self._cks_basics(workload)
+        endpoint = f"127.0.0.1:{workload.port}"
+        at = ((cluster.get("status") or {}).get("atProvider")) or {}
+        if _has(cluster, "Ready") and at.get("apiServerEndpoint") == endpoint:
+            return
+        spec = (cluster.get("spec") or {}).get("forProvider") or {}
+        self.plane.mgmt.patch_status(
+            cluster,
+            {
+                "atProvider": {
+                    "id": meta["uid"],
+                    "name": spec.get("name"),
+                    "zone": spec.get("zone"),
+                    "version": spec.get("version"),
+                    "status": "STATUS_RUNNING",
+                    "apiServerEndpoint": endpoint,
+                },
+                "conditions": [
+                    condition("Ready", "True", "Available"),
+                    condition("Synced", "True", "ReconcileSuccess"),
+                ],
+            },
+        )
+
+    def _cks_basics(self, api: kube.APIServer) -> None:
+        """What every CKS cluster has before anyone installs anything."""
+        if (api.name, "cks") in self.installed:
+            return
+        api.create_crds([NODEPOOL_CRD])
+        api.apply(SHARED_VAST)
+        self.installed.add((api.name, "cks"))
+
+    # --- provider-helm ----------------------------------------------------------------------
+
+    def _helm_release(self, release: dict[str, Any]) -> None:
+        target = self._helm_target(release)
+        if target is None:
+            if not _has(release, "Ready", "False"):
+                self.plane.mgmt.patch_status(
+                    release,
+                    {
+                        "conditions": [
+                            condition("Ready", "False", "Unavailable"),
+                            condition(
+                                "Synced",
+                                "False",
+                                "ReconcileError",
+                                "cannot connect to the cluster: kubeconfig not found",
+                            ),
+                        ]
+                    },
+                )
+            return
+        chart = ((release.get("spec") or {}).get("forProvider") or {}).get("chart") or {}
+        name = chart.get("name", "")
+        if (target.name, name) not in self.installed:
+            docs = [d for f in CHART_OBJECTS.get(name, ()) for d in _shared_crd(f)]
+            if docs:
+                target.create_crds(docs)
+            if name == "kgateway":
+                target.apply(GATEWAY_CLASS)
+            if name == "nvidia-dra-driver-gpu":
+                target.apply(NVIDIA_DEVICE_CLASS)
+            self.installed.add((target.name, name))
+        if _has(release, "Ready"):
+            return
+        self.plane.mgmt.patch_status(
+            release,
+            {
+                "atProvider": {
+                    "state": "deployed",
+                    "revision": 1,
+                    "releaseDescription": "Install complete",
+                    "version": chart.get("version"),
+                },
+                "conditions": [
+                    condition("Ready", "True", "Available"),
+                    condition("Synced", "True", "ReconcileSuccess"),
+                ],
+            },
+        )
+
+    def _helm_target(self, release: dict[str, Any]) -> kube.APIServer | None:
+        ref = (release.get("spec") or {}).get("providerConfigRef") or {}
+        config = self.plane.mgmt.get(*HELM_CONFIG, ref.get("name", ""))
+        secret_ref = (((config or {}).get("spec") or {}).get("credentials") or {}).get(
+            "secretRef"
+        ) or {}
+        if not secret_ref:
+            return None
+        secret = self.plane.mgmt.get("v1", "Secret", secret_ref["name"], secret_ref["namespace"])
+        data = ((secret or {}).get("data") or {}).get(secret_ref.get("key", "kubeconfig"))
+        if not data:
+            return None
+        try:
+            doc = yaml.safe_load(base64.b64decode(data))
+            server = doc["clusters"][0]["cluster"]["server"]
+        except (ValueError, KeyError, IndexError, TypeError, yaml.YAMLError):
+            return None
+        if not server.startswith("https://"):
+            server = "https://" + server
+        return self.plane.workload_for_url(server)
+
+    # --- gateway controller -----------------------------------------------------------------
+
+    def _gateway(self, api: kube.APIServer, gateway: dict[str, Any]) -> None:
+        meta = gateway["metadata"]
+        key = (api.name, f"{meta.get('namespace')}/{meta['name']}")
+        if key not in self.gateway_addresses:
+            self.gateway_addresses[key] = f"{netns.GATEWAY_NET}.{len(self.gateway_addresses) + 1}"
+            self.engines.listen(self.gateway_addresses[key], api)
+        address = self.gateway_addresses[key]
+        addresses = (gateway.get("status") or {}).get("addresses") or []
+        if _has(gateway, "Programmed") and addresses and addresses[0].get("value") == address:
+            return
+        api.patch_status(
+            gateway,
+            {
+                "addresses": [{"type": "IPAddress", "value": address}],
+                "conditions": [
+                    condition("Accepted", "True", "Accepted"),
+                    condition("Programmed", "True", "Programmed"),
+                ],
+            },
+        )
+
+    # --- CKS and the kubelet ----------------------------------------------------------------
+
+    def _node_pool(self, api: kube.APIServer, pool: dict[str, Any]) -> None:
+        if _has(pool, "AtTarget"):
+            return
+        spec = pool.get("spec") or {}
+        nodes = spec.get("targetNodes", spec.get("minNodes", 1))
+        api.patch_status(
+            pool,
+            {
+                "currentNodes": nodes,
+                "conditions": [condition("AtTarget", "True", "TargetMet")],
+            },
+        )
+
+    def _staging(self, api: kube.APIServer, obj: dict[str, Any], pod_spec: dict[str, Any]) -> bool:
+        """True while the pods' init containers would still be staging weights."""
+        meta = obj["metadata"]
+        key = (
+            api.name,
+            obj["kind"],
+            meta.get("namespace", ""),
+            meta["name"],
+            str(meta.get("generation")),
+        )
+        first = self.first_seen.setdefault(key, time.monotonic())
+        return bool(pod_spec.get("initContainers")) and time.monotonic() - first < STAGING_SECONDS
+
+    def _deployment(self, api: kube.APIServer, deployment: dict[str, Any]) -> None:
+        meta, spec = deployment["metadata"], deployment.get("spec") or {}
+        want = spec.get("replicas", 1)
+        status = deployment.get("status") or {}
+        pod_spec = (spec.get("template") or {}).get("spec") or {}
+        if self._staging(api, deployment, pod_spec):
+            if status.get("replicas") != want or status.get("availableReplicas"):
+                api.patch_status(
+                    deployment,
+                    {
+                        "observedGeneration": meta.get("generation"),
+                        "replicas": want,
+                        "updatedReplicas": want,
+                        "readyReplicas": 0,
+                        "availableReplicas": 0,
+                        "unavailableReplicas": want,
+                        "conditions": [
+                            condition("Available", "False", "MinimumReplicasUnavailable"),
+                            condition("Progressing", "True", "ReplicaSetUpdated"),
+                        ],
+                    },
+                )
+            return
+        if (
+            status.get("observedGeneration") == meta.get("generation")
+            and status.get("availableReplicas") == want
+        ):
+            return
+        api.patch_status(
+            deployment,
+            {
+                "observedGeneration": meta.get("generation"),
+                "replicas": want,
+                "updatedReplicas": want,
+                "readyReplicas": want,
+                "availableReplicas": want,
+                "unavailableReplicas": 0,
+                "conditions": [
+                    condition("Available", "True", "MinimumReplicasAvailable"),
+                    condition("Progressing", "True", "NewReplicaSetAvailable"),
+                ],
+            },
+        )
+
+    def _leader_worker_set(self, api: kube.APIServer, lws: dict[str, Any]) -> None:
+        spec = lws.get("spec") or {}
+        want = spec.get("replicas", 1)
+        status = lws.get("status") or {}
+        template = (spec.get("leaderWorkerTemplate") or {}).get("workerTemplate") or {}
+        if self._staging(api, lws, template.get("spec") or {}):
+            return
+        if status.get("readyReplicas") == want and status.get("replicas") == want:
+            return
+        api.patch_status(
+            lws,
+            {
+                "replicas": want,
+                "readyReplicas": want,
+                "updatedReplicas": want,
+                "conditions": [condition("Available", "True", "AllGroupsReady")],
+            },
+        )
+
+
+def _shared_crd(name: str) -> list[dict[str, Any]]:
+    from tests.e2e.stack import SHARED_CRDS
+
+    return kube.load_yaml(SHARED_CRDS / name)

@@ -1,0 +1,439 @@
+"""A live Crossplane control plane on this machine, with no Docker, kubelet or registry.
+
+What runs, all inside a private network namespace (tests/e2e/netns.py) on loopback:
+
+- the management cluster: etcd + kube-apiserver, kube-controller-manager (garbage collector and
+  namespace controller: without them neither ownerReference cascades nor Crossplane's
+  foreground deletes finish), Crossplane core (`crossplane core start`, v2.3) with
+  `--package-runtime=External`, provider-kubernetes as a local process, and every plnt
+  function as a local `plnt function NAME --tls-certs-dir DIR` process serving mTLS;
+- one workload cluster per InferenceCluster the tests make (etcd + kube-apiserver +
+  kube-controller-manager), reached only through the kubeconfig Secrets plnt composes or the
+  tests provide, exactly as provider-kubernetes would reach a real cluster;
+- stand-ins for the controllers that cannot run here (tests/e2e/simulator.py): provider-coreweave,
+  provider-helm, the gateway controller and data plane, CKS's NodePool controller and the
+  kubelet. They write only status fields the real ones write.
+
+Crossplane finds a function by listing FunctionRevisions labelled
+`pkg.crossplane.io/package=<Function name>` with `spec.desiredState: Active` and dialling
+`status.endpoint`. The revisions are annotated `crossplane.io/paused: "true"`, so the package
+manager never tries to pull an image, and their status carries the local endpoint and the
+`composition` capability.
+
+`python -m tests.e2e.stack` brings the same stack up for a person (`make dev`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import signal
+import sys
+import tempfile
+import time
+from typing import Any
+
+from plnt import procs as plnt_procs
+from plnt import runtime
+from tests.e2e import kube, netns
+from tests.e2e.kube import CA, APIServer, Processes, wait_for
+from tests.reconcile.apiserver import REPO, TOOLS, free_port
+
+SHARED_CRDS = REPO.parent / "shared" / "crds"
+TOOL_CRDS = REPO / ".tools" / "crds"
+CROSSPLANE_CORE = TOOLS / "crossplane-core"
+PROVIDER_KUBERNETES = TOOLS / "provider-kubernetes"
+CROSSPLANE_NAMESPACE = "crossplane-system"
+ADMIN_TOKEN = "plnt-e2e-admin"  # loopback-only credentials of throwaway servers
+# The CoreWeave API access token the provider-coreweave ProviderConfig holds; the kubeconfig a
+# CoreWeaveCluster composes authenticates to the CKS cluster with it.
+COREWEAVE_TOKEN = "plnt-e2e-coreweave-token"
+# Crossplane's poll interval: how often an XR is reconciled when nothing it watches changes.
+# Required resources (the fleet) are not watched, so a short interval keeps the tests brisk.
+POLL_INTERVAL = "5s"
+
+# Crossplane, provider-kubernetes and plnt's functions: which CRDs the management cluster needs
+# beyond Crossplane's own. provider-coreweave and provider-helm cannot run here; their CRDs
+# come from ../shared/crds, and the simulator plays their controllers.
+MANAGEMENT_CRDS = (
+    "helm.m.crossplane.io_releases.yaml",
+    "helm.m.crossplane.io_providerconfigs.yaml",
+    "helm.m.crossplane.io_clusterproviderconfigs.yaml",
+    "cks.coreweave.m.crossplane.io_clusters.yaml",
+    "networking.coreweave.m.crossplane.io_vpcs.yaml",
+    "coreweave.m.crossplane.io_providerconfigs.yaml",
+    "coreweave.m.crossplane.io_clusterproviderconfigs.yaml",
+    "gateway.networking.k8s.io_gatewayclasses.yaml",
+    "gateway.networking.k8s.io_gateways.yaml",
+    "gateway.networking.k8s.io_httproutes.yaml",
+    "gateway.networking.k8s.io_referencegrants.yaml",
+)
+
+
+def missing() -> list[str]:
+    gaps = kube.missing_binaries()
+    for binary in (CROSSPLANE_CORE, PROVIDER_KUBERNETES):
+        if not binary.is_file():
+            gaps.append(str(binary))
+    return gaps
+
+
+@dataclasses.dataclass
+class FunctionProcess:
+    name: str  # plnt-function-...
+    address: str
+    certs: pathlib.Path
+
+
+class ControlPlane:
+    """The whole stack; `close()` stops every process it started, by process id."""
+
+    def __init__(self, workdir: pathlib.Path, *, functions_from_images: tuple[str, ...] = ()):
+        gaps = missing()
+        if gaps:
+            raise RuntimeError(
+                "the live control plane needs " + ", ".join(gaps) + ": run `make test` "
+                "(hack/setup-test.sh builds them)"
+            )
+        netns.enter()
+        self.dir = workdir
+        self.procs = Processes(workdir / "logs")
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
+        self.ca = CA.make()
+        self.workloads: dict[str, APIServer] = {}
+        self.functions: dict[str, FunctionProcess] = {}
+        self.simulator: Any = None
+        try:
+            self._boot()
+        except BaseException:
+            self.close()
+            raise
+
+    # --- boot -----------------------------------------------------------------------------------
+
+    def _boot(self) -> None:
+        started = time.monotonic()
+        self.mgmt = APIServer(
+            "mgmt",
+            self.dir / "mgmt",
+            self.procs,
+            self.ca,
+            {ADMIN_TOKEN: ("admin", "system:masters")},
+        )
+        self.kubeconfig = self.mgmt.kubeconfig(self.dir / "kubeconfig")
+        kube.controller_manager(
+            "mgmt", self.procs, self.kubeconfig, "garbage-collector-controller,namespace-controller"
+        )
+        self._install_crds()
+        self.mgmt.apply(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CROSSPLANE_NAMESPACE}}
+        )
+        self.mgmt.apply(
+            {
+                "apiVersion": "pkg.crossplane.io/v1beta1",
+                "kind": "Lock",
+                "metadata": {"name": "lock"},
+            }
+        )
+        self._start_functions()
+        self._start_crossplane()
+        self._start_provider_kubernetes()
+        self._install_plnt()
+        from tests.e2e import simulator
+
+        self.simulator = simulator.Simulator(self)
+        self.simulator.start()
+        self.boot_seconds = time.monotonic() - started
+
+    def _install_crds(self) -> None:
+        docs: list[dict[str, Any]] = []
+        for path in sorted((TOOL_CRDS / "crossplane").glob("*.yaml")):
+            docs += kube.load_yaml(path)
+        for path in sorted((TOOL_CRDS / "provider-kubernetes").glob("*.yaml")):
+            for doc in kube.load_yaml(path):
+                # its conversion webhook is not served by a local process; v1alpha1 Objects
+                # (cluster-scoped, legacy) are not used by plnt
+                doc["spec"].pop("conversion", None)
+                docs.append(doc)
+        for name in MANAGEMENT_CRDS:
+            docs += kube.load_yaml(SHARED_CRDS / name)
+        self.mgmt.create_crds(docs)
+
+    def _start_functions(self) -> None:
+        """Every plnt function as a local mTLS server, and its paused FunctionRevision."""
+        started = []
+        for package in runtime.function_names():
+            name = runtime.INSTALLED_PREFIX + package
+            certs = self.ca.write_dir(
+                self.dir / "functions" / name, self.ca.server(name, "127.0.0.1")
+            )
+            address = f"127.0.0.1:{free_port()}"
+            self.functions[name] = FunctionProcess(name, address, certs)
+            started.append(name)
+            self.start_function(name)
+        for name in started:
+            fn = self.functions[name]
+            plnt_procs.wait_ready(
+                fn.address, self.procs.running[name], credentials=self._grpc_credentials()
+            )
+            self._register_function(fn)
+
+    def start_function(self, name: str) -> None:
+        fn = self.functions[name]
+        self.procs.start(
+            name,
+            [
+                str(plnt_procs.PLNT),
+                "function",
+                name,
+                "--tls-certs-dir",
+                str(fn.certs),
+                "--address",
+                fn.address,
+            ],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def _grpc_credentials(self) -> Any:
+        import grpc
+
+        client = self.ca.client("crossplane")
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca.pair.cert,
+            private_key=client.key,
+            certificate_chain=client.cert,
+        )
+
+    def _register_function(self, fn: FunctionProcess) -> None:
+        package = f"xpkg.crossplane.io/plnt/{fn.name.removeprefix(runtime.INSTALLED_PREFIX)}:v0.1.0"
+        paused = {"crossplane.io/paused": "true"}
+        function = self.mgmt.apply(
+            {
+                "apiVersion": "pkg.crossplane.io/v1",
+                "kind": "Function",
+                "metadata": {"name": fn.name, "annotations": paused},
+                "spec": {"package": package},
+            }
+        )
+        revision = {
+            "apiVersion": "pkg.crossplane.io/v1",
+            "kind": "FunctionRevision",
+            "metadata": {
+                "name": f"{fn.name}-local",
+                "annotations": paused,
+                "labels": {"pkg.crossplane.io/package": fn.name},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "pkg.crossplane.io/v1",
+                        "kind": "Function",
+                        "name": fn.name,
+                        "uid": function["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {"desiredState": "Active", "image": package, "revision": 1},
+        }
+        self.mgmt.apply(revision)
+        self.mgmt.patch_status(
+            revision,
+            {
+                "endpoint": fn.address,
+                "capabilities": ["composition"],
+                "conditions": [
+                    {
+                        "type": "Healthy",
+                        "status": "True",
+                        "reason": "HealthyPackageRevision",
+                        "lastTransitionTime": _now(),
+                    },
+                ],
+            },
+            manager="plnt-e2e-runtime",
+        )
+
+    def _start_crossplane(self) -> None:
+        client_certs = self.ca.write_dir(
+            self.dir / "crossplane" / "client", self.ca.client("crossplane")
+        )
+        self.crossplane_argv = [
+            str(CROSSPLANE_CORE),
+            "core",
+            "start",
+            "--package-runtime=External",
+            "--enable-webhooks=false",
+            f"--tls-client-certs-dir={client_certs}",
+            f"--metrics-port={free_port()}",
+            f"--health-probe-port={free_port()}",
+            f"--webhook-port={free_port()}",
+            f"--poll-interval={POLL_INTERVAL}",
+            f"--xpkg-cache-dir={self.dir / 'crossplane' / 'xpkg-cache'}",
+            f"--xfn-cache-dir={self.dir / 'crossplane' / 'xfn-cache'}",
+            "--debug",
+        ]
+        (self.dir / "crossplane" / "xpkg-cache").mkdir(parents=True, exist_ok=True)
+        self.start_crossplane()
+
+    def start_crossplane(self) -> None:
+        self.procs.start(
+            "crossplane",
+            self.crossplane_argv,
+            env={
+                **os.environ,
+                "KUBECONFIG": str(self.kubeconfig),
+                "POD_NAMESPACE": CROSSPLANE_NAMESPACE,
+            },
+        )
+
+    def _start_provider_kubernetes(self) -> None:
+        certs = self.ca.write_dir(
+            self.dir / "provider-kubernetes" / "tls",
+            self.ca.server("provider-kubernetes", "127.0.0.1"),
+        )
+        # provider-kubernetes verifies a CKS API server against the system's roots (the CKS
+        # kubeconfig carries no CA); here the workload API servers' CA is that root.
+        bundle = self.dir / "provider-kubernetes" / "roots.pem"
+        bundle.write_bytes(self.ca.pair.cert)
+        self.provider_argv = [
+            str(PROVIDER_KUBERNETES),
+            "--poll=10s",
+            "--enable-watches",
+            f"--health-probe-bind-addr=127.0.0.1:{free_port()}",
+            "--debug",
+        ]
+        self.provider_env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "TLS_SERVER_CERTS_DIR": str(certs),
+            "SSL_CERT_FILE": str(bundle),
+        }
+        self.procs.start("provider-kubernetes", self.provider_argv, env=self.provider_env)
+
+    def _install_plnt(self) -> None:
+        """The XRDs and Compositions, applied with kubectl as a platform engineer would."""
+        self.kubectl("apply", "-f", str(REPO / "apis"), "-R")
+        xrds = [
+            d["metadata"]["name"]
+            for p in sorted((REPO / "apis").glob("*/definition.yaml"))
+            for d in kube.load_yaml(p)
+        ]
+        for xrd in xrds:
+            wait_for(
+                lambda xrd=xrd: self._xrd_ready(xrd),
+                120,
+                f"XRD {xrd} Established and Offered",
+            )
+        self.kubectl("apply", "-f", str(REPO / "compositions"))
+
+    def _xrd_ready(self, name: str) -> bool:
+        obj = self.mgmt.get("apiextensions.crossplane.io/v2", "CompositeResourceDefinition", name)
+        conds = {
+            c["type"]: c["status"]
+            for c in ((obj or {}).get("status") or {}).get("conditions") or []
+        }
+        return conds.get("Established") == "True" and conds.get("Offered", "True") == "True"
+
+    # --- workload clusters ------------------------------------------------------------------
+
+    def workload(self, name: str) -> APIServer:
+        """A workload cluster's API server, started on first use, with what any cluster has."""
+        if name not in self.workloads:
+            api = APIServer(
+                f"wl-{name}",
+                self.dir / "workloads" / name,
+                self.procs,
+                self.ca,
+                {
+                    ADMIN_TOKEN: ("admin", "system:masters"),
+                    COREWEAVE_TOKEN: ("coreweave-org", "system:masters"),
+                },
+            )
+            kube.controller_manager(
+                f"wl-{name}",
+                self.procs,
+                api.kubeconfig(self.dir / "workloads" / name / "kubeconfig"),
+                "garbage-collector-controller,namespace-controller",
+            )
+            self.workloads[name] = api
+        return self.workloads[name]
+
+    def workload_for_url(self, url: str) -> APIServer | None:
+        for api in self.workloads.values():
+            if url.rstrip("/") in (api.url, f"https://localhost:{api.port}"):
+                return api
+        return None
+
+    # --- driving it -------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+        return kube.kubectl(self.kubeconfig, *args, check=check, stdin=stdin)
+
+    def restart(self, name: str, *, kill: bool = True) -> None:
+        """Kills (SIGKILL by default) and restarts one process: a function, crossplane, or
+        provider-kubernetes."""
+        self.procs.stop(name, kill=kill)
+        if name == "crossplane":
+            self.start_crossplane()
+        elif name == "provider-kubernetes":
+            self.procs.start(name, self.provider_argv, env=self.provider_env)
+        elif name in self.functions:
+            self.start_function(name)
+            plnt_procs.wait_ready(
+                self.functions[name].address,
+                self.procs.running[name],
+                credentials=self._grpc_credentials(),
+            )
+        else:
+            raise KeyError(name)
+
+    def close(self) -> None:
+        if self.simulator is not None:
+            self.simulator.stop()
+        self.procs.stop_all()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# --- make dev ---------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.e2e.stack",
+        description="Bring up plnt's live control plane (Crossplane core, provider-kubernetes, "
+        "plnt's functions, a workload cluster) in a private network namespace, until Ctrl-C.",
+    )
+    parser.add_argument("--dir", help="working directory (default: a new temp dir)")
+    args = parser.parse_args(argv)
+    workdir = pathlib.Path(args.dir or tempfile.mkdtemp(prefix="plnt-dev-"))
+    plane = ControlPlane(workdir)
+    pid = os.getpid()
+    print(
+        f"plnt control plane up in {plane.boot_seconds:.0f} s (logs: {workdir / 'logs'}).\n"
+        "It lives in a private network namespace; run kubectl inside it:\n\n"
+        f"  nsenter --net=/proc/{pid}/task/{pid}/ns/net {kube.KUBECTL} "
+        f"--kubeconfig {plane.kubeconfig} get plnt\n",
+        flush=True,
+    )
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        while not stop:
+            time.sleep(0.5)
+    finally:
+        plane.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

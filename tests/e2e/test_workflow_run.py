@@ -1,0 +1,214 @@
+"""Scenario 3: seed 000's WorkflowRun on the live fleet, through every phase, two updates, delete.
+
+The replicas' engines are `plnt.gate.fake_server` engines behind the simulated gateway data
+plane (tests/e2e/engines.py): no GPU runs here. The kubelet stand-in holds a pod with init
+containers (the weights download) unavailable for a few seconds, so PullingWeights is seen.
+Everything else, the phases, the gate, canaries, promotion, rollback and deletion, is plnt in a
+real Crossplane.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.e2e import engines, fleet, live
+from tests.e2e.stack import REPO
+
+SEED = REPO / "examples" / "workflowrun-llama-70b" / "xr.yaml"
+NAME = "llama-3.1-70b-instruct"
+NS = "default"
+WR = ("plnt.work/v1", "WorkflowRun")
+MD = ("modelplane.ai/v1alpha1", "ModelDeployment")
+MR = ("modelplane.ai/v1alpha1", "ModelReplica")
+ME = ("modelplane.ai/v1alpha1", "ModelEndpoint")
+MS = ("modelplane.ai/v1alpha1", "ModelService")
+SEED_PHASES = ["Validating", "PullingWeights", "Deploying", "SmokeTesting", "Promoting", "Ready"]
+
+
+def _phase(obj: dict) -> str | None:
+    return (obj.get("status") or {}).get("phase")
+
+
+def _replicas(plane) -> list[dict]:
+    return plane.mgmt.list(*MR, namespace=NS, labels={"modelplane.ai/deployment": NAME})
+
+
+def _ready(obj: dict) -> bool:
+    return _phase(obj) == "Ready" and bool((obj.get("status") or {}).get("endpoint"))
+
+
+@pytest.fixture(scope="module")
+def created(plane):
+    """The seed WorkflowRun applied with kubectl, watched from the first write to Ready."""
+    fleet.ensure(plane)
+    seed = yaml.safe_load(SEED.read_text())
+    assert seed["metadata"] == {"name": NAME, "namespace": NS}
+    watch = live.Watch(plane.mgmt, *WR, NAME, NS, _phase)
+    plane.kubectl("apply", "-f", str(SEED))
+    try:
+        wr = live.wait_object(plane.mgmt, *WR, NAME, NS, until=_ready, seconds=300)
+    finally:
+        phases = watch.stop()
+    return wr, phases
+
+
+def test_create_walks_the_seed_phases_to_ready(plane, created) -> None:
+    wr, phases = created
+    assert live.is_subsequence(SEED_PHASES, phases), phases
+    assert "Failed" not in phases and "RolledBack" not in phases, phases
+    status = wr["status"]
+    assert status["workflowRunId"].startswith("r-")
+    assert status["observedGeneration"] == wr["metadata"]["generation"]
+
+    header, rows = live.table(plane.kubectl("get", "workflowrun", "-n", NS))
+    assert header[:5] == ["NAME", "RUNTIME", "GPU", "PHASE", "ENDPOINT"], header
+    assert rows[0][:5] == [NAME, "vllm", "nvidia.com/h100", "Ready", status["endpoint"]]
+
+
+def test_first_rollout_was_smoke_tested_once(plane, created) -> None:
+    """The gate measured the first revision with the seed's 10 prompts, exactly once, and its
+    figures are in status."""
+    md = plane.mgmt.get(*MD, NAME, NS)
+    gate = md["status"]["canary"]["gate"]
+    assert gate["verdict"] == "Pass", gate
+    assert gate["revision"] == md["status"]["revisions"]["stable"]
+    assert gate["ttftMs"]["p95"] <= 250 and gate["tpotMs"]["p95"] <= 40, gate
+    replicas = _replicas(plane)
+    assert len(replicas) == 1  # replicas.min
+    measured = sum(plane.simulator.engines.count(NS, r["metadata"]["name"]) for r in replicas)
+    assert measured == 10
+
+
+def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> None:
+    before = plane.mgmt.get(*WR, NAME, NS)
+    run = before["status"]["workflowRunId"]
+    stable = plane.mgmt.get(*MD, NAME, NS)["status"]["revisions"]["stable"]
+    watch = live.Watch(plane.mgmt, *WR, NAME, NS, _phase)
+    plane.kubectl(
+        "patch",
+        "workflowrun",
+        NAME,
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"model": {"quantization": "fp8"}}}),
+    )
+    md = live.wait_object(
+        plane.mgmt,
+        *MD,
+        NAME,
+        NS,
+        until=lambda o: bool(((o.get("status") or {}).get("revisions") or {}).get("canary")),
+        what="a canary revision",
+    )
+    assert md["status"]["canary"]["trafficPercent"] == 5
+    canary = md["status"]["revisions"]["canary"]
+    assert canary != stable
+    service = live.wait_object(
+        plane.mgmt,
+        *MS,
+        NAME,
+        NS,
+        until=lambda o: any(
+            w["percent"] == 5 for w in (o.get("status") or {}).get("weights") or []
+        ),
+        what="5% of the ModelService's traffic on the canary",
+    )
+    assert sum(w["percent"] for w in service["status"]["weights"]) == 100
+    try:
+        wr = live.wait_object(
+            plane.mgmt,
+            *WR,
+            NAME,
+            NS,
+            until=lambda o: _ready(o) and o["status"]["workflowRunId"] != run,
+            seconds=300,
+        )
+    finally:
+        phases = watch.stop()
+    assert live.is_subsequence(["SmokeTesting", "Promoting", "Ready"], phases), phases
+    md = plane.mgmt.get(*MD, NAME, NS)
+    assert md["status"]["revisions"] == {"stable": canary}
+    assert {r["metadata"]["labels"]["modelplane.ai/revision"] for r in _replicas(plane)} == {canary}
+    assert wr["status"]["observedGeneration"] == wr["metadata"]["generation"]
+
+
+def test_slow_canary_rolls_back_and_the_stable_revision_keeps_all_traffic(plane, created) -> None:
+    md = plane.mgmt.get(*MD, NAME, NS)
+    stable = md["status"]["revisions"]["stable"]
+    stable_replicas = {r["metadata"]["name"] for r in _replicas(plane)}
+    plane.simulator.engines.policy = lambda ns, replica: (
+        engines.FAST if replica in stable_replicas else engines.SLOW
+    )
+    try:
+        plane.kubectl(
+            "patch",
+            "workflowrun",
+            NAME,
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"resources": {"memoryGiB": 150}}}),
+        )
+        wr = live.wait_object(
+            plane.mgmt, *WR, NAME, NS, until=lambda o: _phase(o) == "RolledBack", seconds=300
+        )
+    finally:
+        plane.simulator.engines.policy = lambda ns, replica: engines.FAST
+    md = live.wait_object(
+        plane.mgmt,
+        *MD,
+        NAME,
+        NS,
+        until=lambda o: not ((o.get("status") or {}).get("revisions") or {}).get("canary"),
+    )
+    assert md["status"]["revisions"]["stable"] == stable
+    canary_cond = live.condition(md, "Canary")
+    assert canary_cond["reason"] == "RolledBack"
+    assert "TPOT" in canary_cond["message"] and "budget 40" in canary_cond["message"], canary_cond
+    assert "TPOT" in live.condition(wr, "Serving").get("message", "") or "TPOT" in str(wr["status"])
+    live.wait_object(
+        plane.mgmt,
+        *MS,
+        NAME,
+        NS,
+        until=lambda o: (
+            [w["percent"] for w in (o.get("status") or {}).get("weights") or []] == [100]
+        ),
+        what="all traffic back on the stable revision",
+    )
+    assert {r["metadata"]["name"] for r in _replicas(plane)} == stable_replicas
+    assert wr["status"].get("endpoint"), "the stable revision still serves at the endpoint"
+
+
+def test_delete_leaves_nothing_behind(plane, created) -> None:
+    workload = plane.workloads[fleet.CLUSTER]
+    plane.kubectl("delete", "workflowrun", NAME, "-n", NS, "--wait=false")
+
+    def gone() -> bool:
+        left = [
+            *plane.mgmt.list(*WR, namespace=NS),
+            *plane.mgmt.list(*MD, namespace=NS),
+            *plane.mgmt.list(*MS, namespace=NS),
+            *plane.mgmt.list(*MR, namespace=NS),
+            *plane.mgmt.list(*ME, namespace=NS),
+            *plane.mgmt.list("kubernetes.m.crossplane.io/v1alpha1", "Object", namespace=NS),
+            *plane.mgmt.list("gateway.networking.k8s.io/v1", "HTTPRoute", namespace=NS),
+            *workload.list("apps/v1", "Deployment", namespace=NS),
+            *workload.list("resource.k8s.io/v1", "ResourceClaimTemplate", namespace=NS),
+            *workload.list("gateway.networking.k8s.io/v1", "HTTPRoute", namespace=NS),
+        ]
+        return not left or None
+
+    live.wait_for(gone, 180, "everything the WorkflowRun composed to be deleted")
+    services = [
+        s["metadata"]["name"]
+        for s in plane.mgmt.list("v1", "Service", namespace=NS)
+        if s["metadata"]["name"] != "kubernetes"
+    ]
+    assert services == []
