@@ -331,6 +331,12 @@ def test_the_xrd_takes_any_vendor_class_name_not_a_closed_list() -> None:
         assert re.fullmatch(gpu_class["pattern"], name), name
     for name in ["H100", "nvidia.com/", "/h100", "nvidia.com/H100", "nvidia.com/h100/x"]:
         assert not re.fullmatch(gpu_class["pattern"], name), name
+    # what an InferenceClass device may declare is the same shape
+    classes = yaml.safe_load((REPO / "apis/inferenceclasses/definition.yaml").read_text())
+    device = classes["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["devices"]["items"]["properties"]["gpuClass"]
+    assert (device["pattern"], device["maxLength"]) == (gpu_class["pattern"], 63)
 
 
 @pytest.mark.parametrize("gpu_class", list(gpu_classes.BUILT_IN))
@@ -428,6 +434,65 @@ def test_odd_inference_classes_never_break_resolution() -> None:
     assert [g.inference_class for g in gpus] == ["q"]
     assert gpu_classes.offered(gpus) == ["a/b"]
     assert cel.compile(gpu_classes.selector_for("a/b", gpus))  # the quote is escaped
+
+
+def test_an_invalid_update_to_a_running_run_loses_nothing() -> None:
+    """Crossplane deletes composed resources a non-Fatal response leaves out, and drops the
+    status of a Fatal one: an invalid update composes exactly what is observed and says
+    Failed, while the previous spec keeps serving."""
+    scenario = render.load_scenario(REPO / "examples/workflowrun-invalid-update")
+    out = render.render(scenario)
+    st = out.xr["status"]
+    assert (st["phase"], st["observedGeneration"]) == ("Failed", 2)
+    assert st["endpoint"] == "http://203.0.113.50/default/llama-3.1-70b-instruct"
+    assert [r["severity"] for r in out.results] == ["SEVERITY_WARNING"]
+    assert "unknown gpuClass 'amd.com/mi300x'" in out.results[0]["message"]
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert (conds["Valid"]["status"], conds["Valid"]["reason"]) == ("False", "InvalidSpec")
+    assert conds["Valid"]["message"].startswith("spec.resources.gpuClass: ")
+    assert conds["Ready"]["status"] == "True"  # still serving
+    observed = {
+        o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]: o for o in scenario.observed
+    }
+    composed = {o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]: o for o in out.composed}
+    assert sorted(composed) == sorted(observed) == ["model-deployment", "model-service"]
+    for name, obj in composed.items():
+        seen = observed[name]
+        assert obj["spec"] == seen["spec"], name
+        assert (obj["apiVersion"], obj["kind"]) == (seen["apiVersion"], seen["kind"])
+        assert obj["metadata"]["labels"] == seen["metadata"]["labels"]
+        assert obj["metadata"]["annotations"] == seen["metadata"]["annotations"]
+        assert "status" not in obj and "uid" not in obj["metadata"]
+
+
+def test_carried_keeps_what_the_function_owns_and_nothing_the_server_does() -> None:
+    observed = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {
+            "name": "m",
+            "namespace": "default",
+            "uid": "u",
+            "resourceVersion": "7",
+            "generation": 3,
+            "managedFields": [{"manager": "crossplane"}],
+            "ownerReferences": [{"kind": "WorkflowRun", "name": "m"}],
+            "labels": {"crossplane.io/composite": "m", "plnt.work/workflowrun": "m"},
+            "annotations": {xp.COMPOSITION_RESOURCE_NAME: "model-service", "a": "b"},
+        },
+        "spec": {"endpoints": []},
+        "status": {"url": "http://x"},
+    }
+    assert fn.carried(observed) == {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {
+            "name": "m",
+            "labels": {"plnt.work/workflowrun": "m"},
+            "annotations": {"a": "b"},
+        },
+        "spec": {"endpoints": []},
+    }
 
 
 # --- weights, replicas, identity -------------------------------------------------------------
@@ -550,6 +615,152 @@ PHASE_TABLE = [
 @pytest.mark.parametrize(("md", "ms", "want"), PHASE_TABLE)
 def test_phase_rules(md, ms, want) -> None:
     assert phases.derive(md, ms).name == want
+
+
+RUN = "r-0123456789"
+_URL = "http://203.0.113.50/default/m"
+_ROUTED_SERVICE = {
+    "status": {
+        "url": _URL,
+        "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "Routed", "status": "True"},
+        ],
+    }
+}
+
+
+def _md(revisions: dict, gate: dict | None = None, *conds: dict, run_id: str = RUN) -> dict:
+    canary = {"run": run_id} | ({"gate": gate} if gate else {})
+    return {"status": {"revisions": revisions, "canary": canary, "conditions": [*conds]}}
+
+
+_FIRST = {"canary": "b"}
+_READY = {"type": "ReplicasReady", "status": "True", "reason": "Available"}
+_PULLING = {"type": "ReplicasReady", "status": "False", "reason": "PullingWeights"}
+_WAITING = {"type": "ReplicasReady", "status": "False", "reason": "Waiting"}
+
+RUN_TABLE = [
+    # (name, deployment, service, phase, endpoint)
+    (
+        "a new run not taken up yet",
+        _md({"stable": "a"}, None, _SCHEDULED, _READY, run_id="r-old"),
+        _ROUTED_SERVICE,
+        "Validating",
+        _URL,
+    ),
+    (
+        "first rollout pulling weights",
+        _md(_FIRST, {"state": "Waiting"}, _SCHEDULED, _PULLING, _AWAITING),
+        None,
+        "PullingWeights",
+        None,
+    ),
+    (
+        "first rollout starting",
+        _md(_FIRST, {"state": "Waiting"}, _SCHEDULED, _WAITING, _AWAITING),
+        None,
+        "Deploying",
+        None,
+    ),
+    (
+        "first rollout measured",
+        _md(_FIRST, {"revision": "b", "state": "Measuring"}, _SCHEDULED, _READY, _AWAITING),
+        _ROUTED_SERVICE,
+        "SmokeTesting",
+        None,
+    ),
+    (
+        "first rollout verdict not acted on",
+        _md(
+            _FIRST,
+            {"revision": "b", "state": "Measured", "verdict": "Pass"},
+            _SCHEDULED,
+            _READY,
+            _AWAITING,
+        ),
+        None,
+        "SmokeTesting",
+        None,
+    ),
+    (
+        "first rollout failed",
+        _md(
+            {},
+            {"revision": "b", "verdict": "Fail"},
+            _SCHEDULED,
+            {
+                "type": "Canary",
+                "status": "False",
+                "reason": "Failed",
+                "message": "never took traffic",
+            },
+        ),
+        _ROUTED_SERVICE,
+        "Failed",
+        None,
+    ),
+    (
+        "promoted, not routed yet",
+        _md(
+            {"stable": "b"},
+            None,
+            _SCHEDULED,
+            _READY,
+            {"type": "Canary", "status": "True", "reason": "Promoted"},
+        ),
+        {
+            "status": {
+                "url": _URL,
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {
+                        "type": "Routed",
+                        "status": "False",
+                        "message": "1 endpoint(s) of a first rollout wait",
+                    },
+                ],
+            }
+        },
+        "Promoting",
+        _URL,
+    ),
+    (
+        "re-tested in place",
+        _md(
+            {"stable": "a", "canary": "a"},
+            {"revision": "a", "state": "Measuring"},
+            _SCHEDULED,
+            _READY,
+            _AWAITING,
+        ),
+        _ROUTED_SERVICE,
+        "SmokeTesting",
+        _URL,
+    ),
+    (
+        "re-test in place failed",
+        _md(
+            {"stable": "a"},
+            {"revision": "a", "verdict": "Fail"},
+            _SCHEDULED,
+            _READY,
+            {"type": "Canary", "status": "False", "reason": "Failed"},
+        ),
+        _ROUTED_SERVICE,
+        "Failed",
+        _URL,
+    ),
+    ("ready", _md({"stable": "a"}, None, _SCHEDULED, _READY), _ROUTED_SERVICE, "Ready", _URL),
+]
+
+
+@pytest.mark.parametrize(
+    ("md", "ms", "want", "endpoint"), [c[1:] for c in RUN_TABLE], ids=[c[0] for c in RUN_TABLE]
+)
+def test_phase_rules_of_a_run(md, ms, want, endpoint) -> None:
+    phase = phases.derive(md, ms, RUN)
+    assert (phase.name, phase.endpoint) == (want, endpoint)
 
 
 # --- lifecycle: everything is owned by the XR, in its namespace ---------------------------------
