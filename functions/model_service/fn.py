@@ -13,6 +13,8 @@ Design choices:
   so ``status.weights`` and the route agree exactly and nothing flaps between reconciles.
 - An endpoint of a degraded replica is simply absent: ModelDeployment drops it, the
   selector no longer matches it, and its share goes to the others.
+- Endpoints of a ModelDeployment without a stable revision get no traffic: its first
+  revision takes none until the canary gate passes it.
 - ``status.url`` is ``http://<host><path>``, the host being ``spec.hostnames[0]`` or the
   Gateway's first status address.
 - An endpoint with a malformed spec, or whose host is not a DNS name or IP address or is
