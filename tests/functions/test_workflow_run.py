@@ -295,6 +295,23 @@ def test_the_xrd_refuses_exactly_the_pairs_the_presets_cannot_serve() -> None:
     assert set(props["model"]["properties"]["quantization"]["enum"]) == every
 
 
+def test_traffic_percent_defaults_to_the_seeds_five_in_xrd_and_model() -> None:
+    canary = XRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["canary"]["properties"]
+    assert canary["trafficPercent"]["default"] == 5
+    assert (
+        workflow_run.WorkflowRunSpec.model_validate(
+            {"model": {"name": "m"}, "resources": {"gpuClass": "nvidia.com/l4"}}
+        ).canary.traffic_percent
+        == 5
+    )
+    xr = seed()
+    del xr["spec"]["canary"]
+    canary_block = desired(run(xr))["model-deployment"]["spec"]["canary"]
+    assert canary_block["trafficPercent"] == 5
+
+
 # --- GPU classes ----------------------------------------------------------------------------
 
 PRODUCTS = {
