@@ -34,6 +34,7 @@ KEEP_VERDICTS = 256
 
 Gate = dict[str, Any]  # what goes into status.canary.gate
 Measure = Callable[[], Coroutine[Any, Any, Gate]]
+Failed = Callable[[str], Gate]  # a failed verdict with this reason
 
 
 class Key(NamedTuple):
@@ -48,35 +49,26 @@ class Measurements:
     def __init__(self, keep: int = KEEP_VERDICTS) -> None:
         self._keep = keep
         self._lock = threading.Lock()
-        self._running: dict[Key, concurrent.futures.Future[Gate]] = {}
+        # key -> (the running measurement, how to fail closed if it raises)
+        self._running: dict[Key, tuple[concurrent.futures.Future[Gate], Failed]] = {}
         self._done: collections.OrderedDict[Key, Gate] = collections.OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.started = 0  # measurements started in this process (for tests and benchmarks)
 
-    def poll(self, key: Key, measure: Measure, failed: Callable[[str], Gate]) -> Gate | None:
+    def poll(self, key: Key, measure: Measure, failed: Failed) -> Gate | None:
         """The verdict for `key` once its measurement has finished, else None: the measurement
         is started (once) with `measure`. `failed` turns an error into a failed verdict."""
         with self._lock:
+            self._collect()
             if key in self._done:
                 self._done.move_to_end(key)
                 return self._done[key]
-            future = self._running.get(key)
-            if future is None or future.cancelled():
+            if key not in self._running:
                 self._cancel_others(key)
-                self._running[key] = asyncio.run_coroutine_threadsafe(measure(), self._event_loop())
+                future = asyncio.run_coroutine_threadsafe(measure(), self._event_loop())
+                self._running[key] = (future, failed)
                 self.started += 1
-                return None
-            if not future.done():
-                return None
-            del self._running[key]
-            error = future.exception()
-            if error is not None:
-                self._remember(
-                    key, failed(f"the smoke test could not run ({type(error).__name__})")
-                )
-            else:
-                self._remember(key, future.result())
-            return self._done[key]
+            return None
 
     def recorded(self, key: Key) -> None:
         """The XR's status holds the verdict for `key`: the cache need not keep it any more."""
@@ -85,26 +77,43 @@ class Measurements:
 
     def running(self) -> list[Key]:
         with self._lock:
-            return [k for k, f in self._running.items() if not f.done()]
+            return [k for k, (future, _) in self._running.items() if not future.done()]
 
     def wait(self, timeout: float) -> bool:
         """Blocks until every running measurement has finished (True) or `timeout` passed."""
         with self._lock:
-            futures = list(self._running.values())
+            futures = [future for future, _ in self._running.values()]
         done, _ = concurrent.futures.wait(futures, timeout=timeout)
         return len(done) == len(futures)
 
     def clear(self) -> None:
         """Forgets everything, cancelling what runs (a fresh process, for tests)."""
         with self._lock:
-            for future in self._running.values():
+            for future, _ in self._running.values():
                 future.cancel()
             self._running.clear()
             self._done.clear()
             self.started = 0
 
+    def _collect(self) -> None:
+        """Moves every finished measurement's verdict into the cache, also those of XRs nobody
+        asks about any more (deleted ones), so nothing piles up."""
+        for key, (future, failed) in list(self._running.items()):
+            if not future.done():
+                continue
+            del self._running[key]
+            if future.cancelled():
+                continue  # superseded: nobody waits for it
+            error = future.exception()
+            if error is not None:
+                self._remember(
+                    key, failed(f"the smoke test could not run ({type(error).__name__})")
+                )
+            else:
+                self._remember(key, future.result())
+
     def _cancel_others(self, key: Key) -> None:
-        for other, future in list(self._running.items()):
+        for other, (future, _) in list(self._running.items()):
             if other.xr == key.xr and other != key:
                 future.cancel()
                 del self._running[other]
