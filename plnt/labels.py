@@ -22,3 +22,4 @@ WEIGHTS_URI = "plnt.work/weights-uri"  # pod template annotation: where weights 
 WEIGHTS_PATH = "plnt.work/weights-path"  # pod template annotation: where the engine reads them
 WEIGHTS_SECRET = "plnt.work/weights-secret"  # noqa: S105 (annotation: the downloader's Secret)
 WORKFLOW_RUN_ID = "plnt.work/workflow-run-id"  # annotation on what a WorkflowRun composes
+STABLE_REVISION = "plnt.work/stable-revision"  # annotation: the revision serving traffic

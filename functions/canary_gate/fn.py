@@ -1,38 +1,46 @@
 """Canary latency gate: the second step of the ModelDeployment pipeline (after `schedule`).
 
-Reads: the ModelDeployment's `spec.canary` (`trafficPercent`, `smokeTest`); the revision under
-test from `status.revisions.canary` (the previous step's desired status, else the observed
-one); an earlier verdict from the pipeline context key `plnt.work/canary-verdict` or from
-`status.canary.gate` (observed, else desired); the canary's observed ModelReplicas and
-ModelEndpoints (label `modelplane.ai/revision` = the canary revision); and, as a required
-resource, the Secret named by a canary endpoint's `spec.auth.secretRef` (its key is the
-bearer token; it goes into the Authorization header and nowhere else).
+Reads: the ModelDeployment's `spec.canary` (`trafficPercent`, `smokeTest`, `runId`); the
+revision under test from `status.revisions.canary` (the previous step's desired status, else
+the observed one): a canary beside the stable revision, a first rollout, or the stable revision
+re-tested in place; an earlier verdict on that revision in this run from the pipeline context
+key `plnt.work/canary-verdict` or from `status.canary.gate` (observed, else desired); the
+canary's observed ModelReplicas and ModelEndpoints (label `modelplane.ai/revision` = the
+revision under test); and, as a required resource, the Secret named by a canary endpoint's
+`spec.auth.secretRef` (its key is the bearer token; it goes into the Authorization header and
+nowhere else).
 
 Composes nothing and passes the previous step's desired resources through untouched. Decides
 one of:
 - skip: no `spec.canary` -> the request's desired state goes on unchanged;
-- idle: no canary revision awaits a verdict -> the CanaryGate condition reports the last
-  verdict (or NoCanary);
-- carry: a verdict for this revision already exists (context first, then the observed status,
-  then the previous step's) -> it is written again as it was, nothing is measured, so renders
-  with the verdict in observed state or `--context-values` are deterministic;
+- idle: no revision awaits a verdict -> the CanaryGate condition reports the last verdict (or
+  NoCanary);
+- carry: a verdict for this revision and run already exists (context first, then the observed
+  status, then the previous step's) -> it is written again as it was, nothing is measured, so
+  renders with the verdict in observed state or `--context-values` are deterministic;
 - wait: a canary ModelReplica is not Ready, or there is no canary endpoint yet ->
   `status.canary.gate.state: Waiting` and a response TTL of WAIT_TTL_S so Crossplane calls
   again soon;
 - measure: `smokeTest.prompts` streaming chat completions to every canary endpoint
-  (`functions.canary_gate.measure`), bounded in time; a failure of any kind fails closed.
+  (`functions.canary_gate.measure`), bounded in time; a failure of any kind fails closed. The
+  measurement runs in the background of the function process (`inflight`: one per XR,
+  revision and run, shared by every call): the call that starts it, and every call while it
+  runs, answers `state: Measuring` with a response TTL of MEASURE_TTL_S; the first call after
+  it finished writes the verdict. So the smoke test spans reconciles, and the XR's status shows
+  it running (a WorkflowRun's phase SmokeTesting) before the verdict lands.
 
-Writes: the verdict (`Verdict.to_status()` plus `revision`, `endpoints`, `state: Measured`)
-into the desired `status.canary.gate`, merged into the status the previous step wrote (its
-other `status.canary.*` and `status.*` fields stay); the same dict in the context key
-`plnt.work/canary-verdict` for any later step; the condition CanaryGate (True Passed, False
-Failed with the p95 figures against the budgets, Unknown WaitingForCanary or Measuring).
+Writes: the verdict (`Verdict.to_status()` plus `revision`, `run`, `endpoints`,
+`state: Measured`) into the desired `status.canary.gate`, merged into the status the previous
+step wrote (its other `status.canary.*` and `status.*` fields stay); the same dict in the
+context key `plnt.work/canary-verdict` for any later step; the condition CanaryGate (True
+Passed, False Failed with the p95 figures against the budgets, Unknown WaitingForCanary or
+Measuring).
 
 The served model name (the OpenAI `model` field): the endpoint's `spec.model` if set, else
 read from the canary revision's engine command line (`canary.served_model`:
 `--served-model-name`, else `--model`/`--model-path`/`--model-id`, else the argument of
-`vllm serve M`). A canary whose model name cannot be told fails the gate (it could never be
-measured). A referenced API key Secret that does not exist, or lacks the key, is waited for.
+`vllm serve M`). A canary whose model name cannot be told fails the gate at once (it could never
+be measured). A referenced API key Secret that does not exist, or lacks the key, is waited for.
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ from typing import Any
 import pydantic
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.canary_gate import canary, measure
+from functions.canary_gate import canary, inflight, measure
 from plnt import conditions, xp
 from plnt.gate import client
 from plnt.gate.verdict import Budgets, Verdict
@@ -54,12 +62,16 @@ from plnt.models.model_endpoint import ModelEndpointSpec
 
 VERDICT_CONTEXT = "plnt.work/canary-verdict"
 VERDICTS = ("Pass", "Fail")
-WAIT_TTL_S = 15.0  # how soon Crossplane calls again while the canary comes up or after a verdict
+WAIT_TTL_S = 15.0  # how soon Crossplane calls again while the canary comes up
+MEASURE_TTL_S = 3.0  # ... while the smoke test runs, and after a verdict (to act on it soon)
 WAITING = "Waiting"
+MEASURING = "Measuring"
 MEASURED = "Measured"
+# This process's smoke tests (one per XR, revision and run), running or finished.
+MEASUREMENTS = inflight.Measurements()
 
 
-async def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     xr = xp.composite(req)
     spec = xr.get("spec")
     if not isinstance(spec, dict):  # every ModelDeployment has one (engines are required)
@@ -70,6 +82,7 @@ async def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse
     # --- inputs ---------------------------------------------------------------------------
     rsp = xp.respond(req)
     canary_spec = xp.parse(Canary, spec["canary"], "spec.canary")
+    run = canary_spec.run_id
     desired_xr = xp.to_dict(req.desired.composite.resource)
     observed = xp.observed_resources(req)
     desired = xp.desired_resources(req)
@@ -77,40 +90,67 @@ async def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse
 
     # --- decisions ------------------------------------------------------------------------
     if revision is None:
-        _report_idle(rsp, canary.last_gate(xr, desired_xr))
+        _report_idle(rsp, xr, canary.last_gate(xr, desired_xr))
         return rsp
-    known = known_verdict(xp.context(req, VERDICT_CONTEXT), xr, desired_xr, revision)
+    key = inflight.Key(xr_id(xr), revision, run)
+    known = known_verdict(xp.context(req, VERDICT_CONTEXT), xr, desired_xr, revision, run)
     if known is not None:
+        if known_verdict(None, xr, {}, revision, run) is not None:
+            MEASUREMENTS.recorded(key)  # the XR's status holds it now
         _write_verdict(rsp, known)
         return rsp
     replicas = canary.canary_replicas(revision, observed, desired)
     endpoints = canary.canary_endpoints(revision, observed, desired)
     waiting_for = _waiting_for(replicas, endpoints)
     if waiting_for:
-        _wait(rsp, revision, waiting_for, conditions.WAITING_FOR_CANARY)
+        _wait(rsp, revision, run, waiting_for, conditions.WAITING_FOR_CANARY)
         return rsp
     test = smoke_test(canary_spec)
     engines = canary.replica_engines(revision, observed, spec)
     targets = _targets(req, rsp, endpoints, canary.served_model(engines), test.budgets)
     if isinstance(targets, _Pending):
-        _wait(rsp, revision, targets.message, targets.reason)
+        _wait(rsp, revision, run, targets.message, targets.reason)
         return rsp
-    if isinstance(targets, Verdict):
-        verdict = targets  # fails closed without measuring
-    else:
-        verdict = await measure.smoke_test(targets, test)
+    if isinstance(targets, Verdict):  # fails closed without measuring
+        _report_verdict(rsp, gate_status(targets, revision, run, [e.name for e in endpoints]))
+        return rsp
+    gate = MEASUREMENTS.poll(
+        key,
+        lambda: _measure(targets, test, revision, run),
+        lambda reason: gate_status(
+            measure.failed(reason, test.budgets), revision, run, [t.endpoint for t in targets]
+        ),
+    )
 
     # --- status and context ---------------------------------------------------------------
-    gate = verdict.to_status() | {
-        "revision": revision,
-        "endpoints": [e.name for e in endpoints],
-        "state": MEASURED,
-    }
-    _write_verdict(rsp, gate)
-    summary = f"canary revision {revision}: {verdict.verdict}: {verdict.reason}"
-    (xp.normal if verdict.passed else xp.warning)(rsp, summary)
-    _set_ttl(rsp, WAIT_TTL_S)  # the schedule step promotes or rolls back on the next call
+    if gate is None:
+        _measuring(rsp, revision, run, test, [t.endpoint for t in targets])
+    else:
+        _report_verdict(rsp, gate)
     return rsp
+
+
+def xr_id(xr: Mapping[str, Any]) -> str:
+    """The XR's uid; its namespace/name where it has none (a render)."""
+    meta = xr.get("metadata") or {}
+    return meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+async def _measure(
+    targets: list[measure.Target], test: measure.SmokeTest, revision: str, run: str | None
+) -> dict[str, Any]:
+    verdict = await measure.smoke_test(targets, test)
+    return gate_status(verdict, revision, run, [t.endpoint for t in targets])
+
+
+def gate_status(
+    verdict: Verdict, revision: str, run: str | None, endpoints: list[str]
+) -> dict[str, Any]:
+    """What `status.canary.gate` holds once a revision is measured."""
+    gate = verdict.to_status() | {"revision": revision, "endpoints": endpoints, "state": MEASURED}
+    if run is not None:
+        gate["run"] = run
+    return gate
 
 
 def smoke_test(spec: Canary) -> measure.SmokeTest:
@@ -131,9 +171,10 @@ def known_verdict(
     observed_xr: Mapping[str, Any],
     desired_xr: Mapping[str, Any],
     revision: str,
+    run: str | None = None,
 ) -> dict[str, Any] | None:
-    """A verdict on `revision` someone already has: the context (e.g. `crossplane render
-    --context-values`), the observed XR status, or the previous step's desired status."""
+    """A verdict on `revision` in `run` someone already has: the context (e.g. `crossplane
+    render --context-values`), the observed XR status, or the previous step's desired status."""
     candidates = [context_verdict]
     for xr in (observed_xr, desired_xr):
         candidates.append(((xr.get("status") or {}).get("canary") or {}).get("gate"))
@@ -141,6 +182,7 @@ def known_verdict(
         if (
             isinstance(verdict, Mapping)
             and verdict.get("revision") == revision
+            and verdict.get("run") == run
             and verdict.get("verdict") in VERDICTS
         ):
             return dict(verdict)
@@ -260,19 +302,57 @@ def _write_verdict(rsp: fnv1.RunFunctionResponse, gate: Mapping[str, Any]) -> No
     xp.set_conditions(rsp, verdict_condition(gate))
 
 
-def _wait(rsp: fnv1.RunFunctionResponse, revision: str, message: str, reason: str) -> None:
-    _set_gate_status(rsp, {"revision": revision, "state": WAITING, "message": message})
+def _report_verdict(rsp: fnv1.RunFunctionResponse, gate: Mapping[str, Any]) -> None:
+    """A verdict just measured: into status, context and condition, with an event."""
+    _write_verdict(rsp, gate)
+    summary = f"canary revision {gate.get('revision')}: {gate.get('verdict')}: {gate.get('reason')}"
+    (xp.normal if gate.get("verdict") == "Pass" else xp.warning)(rsp, summary)
+    _set_ttl(rsp, MEASURE_TTL_S)  # the schedule step promotes or rolls back on the next call
+
+
+def _in_run(gate: dict[str, Any], run: str | None) -> dict[str, Any]:
+    return gate | {"run": run} if run is not None else gate
+
+
+def _wait(
+    rsp: fnv1.RunFunctionResponse, revision: str, run: str | None, message: str, reason: str
+) -> None:
+    _set_gate_status(
+        rsp, _in_run({"revision": revision, "state": WAITING, "message": message}, run)
+    )
     text = f"canary revision {revision}: {message}"
     xp.set_conditions(rsp, xp.Condition(conditions.CANARY_GATE, None, reason, text))
     _set_ttl(rsp, WAIT_TTL_S)
 
 
-def _report_idle(rsp: fnv1.RunFunctionResponse, last: Mapping[str, Any]) -> None:
+def _measuring(
+    rsp: fnv1.RunFunctionResponse,
+    revision: str,
+    run: str | None,
+    test: measure.SmokeTest,
+    endpoints: list[str],
+) -> None:
+    message = (
+        f"sending {test.prompts} smoke-test prompts to each of {len(endpoints)} canary "
+        f"endpoint(s): {', '.join(endpoints)}"
+    )
+    gate = {"revision": revision, "state": MEASURING, "message": message, "endpoints": endpoints}
+    _set_gate_status(rsp, _in_run(gate, run))
+    text = f"canary revision {revision}: {message}"
+    xp.set_conditions(rsp, xp.Condition(conditions.CANARY_GATE, None, conditions.MEASURING, text))
+    _set_ttl(rsp, MEASURE_TTL_S)
+
+
+def _report_idle(
+    rsp: fnv1.RunFunctionResponse, xr: Mapping[str, Any], last: Mapping[str, Any]
+) -> None:
     if last.get("verdict") in VERDICTS:
+        if isinstance(last.get("revision"), str):
+            MEASUREMENTS.recorded(inflight.Key(xr_id(xr), last["revision"], last.get("run")))
         xp.set_context(rsp, VERDICT_CONTEXT, dict(last))
         xp.set_conditions(rsp, verdict_condition(last))
         return
-    message = "no canary revision awaits a verdict"
+    message = "no revision awaits a verdict"
     idle = xp.Condition(conditions.CANARY_GATE, True, conditions.NO_CANARY, message)
     xp.set_conditions(rsp, idle)
 

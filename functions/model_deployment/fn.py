@@ -15,12 +15,15 @@ ModelEndpoint (`modelplane.ai/api: OpenAI`) with the gateway URL for the replica
 degraded cluster keeps its pin but gets no endpoint, so routing drops it until the cluster is
 back.
 
-Decisions: `revisions.plan` says which revisions run with how many replicas (canary, promotion,
-rollback); `scheduler.schedule` keeps pins and places the rest (see its docstring for the exact
-order). Status: `replicas.{total,ready}` (of the stable revision), `placements[]`,
-`revisions.{stable,canary}`, `canary`, and the conditions ReplicasScheduled, ReplicasReady and,
-with `spec.canary`, Canary. ReplicasReady is False with reason PullingWeights (not Waiting) while
-a stable-revision replica that is not ready reports WorkloadsReady reason PullingWeights.
+Decisions: `revisions.plan` says which revisions run with how many replicas (first rollout,
+canary, re-test in place, promotion, rollback); `scheduler.schedule` keeps pins and places the
+rest (see its docstring for the exact order). Status: `replicas.{total,ready}` (of the stable
+revision, or in a first rollout of the revision being brought up), `placements[]`,
+`revisions.{stable,canary}`, `canary` (with `run`, the spec's `canary.runId`), and the
+conditions ReplicasScheduled, ReplicasReady and, with `spec.canary`, Canary. ReplicasReady is
+False with reason PullingWeights (not Waiting) while a replica it counts that is not ready
+reports WorkloadsReady reason PullingWeights. The XR is not Ready while no revision has passed
+the gate: nothing serves yet.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from plnt.revision import revision
 
 GROUP_VERSION = "modelplane.ai/v1alpha1"
 CANARY_VERDICT_CONTEXT = "plnt.work/canary-verdict"
+GATE_FAILED = "GateFailed"  # ReplicasScheduled: a first rollout failed, nothing is placed
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -128,9 +132,10 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             )
 
     # --- status ---------------------------------------------------------------------------
-    stable_sched = schedules.get(plan.stable)
-    total = len(stable_sched.kept) + len(stable_sched.placed) if stable_sched else 0
-    ready = out.ready[plan.stable]
+    serving = plan.serving
+    serving_sched = schedules.get(serving) if serving else None
+    total = len(serving_sched.kept) + len(serving_sched.placed) if serving_sched else 0
+    ready = out.ready[serving] if serving else 0
     status: dict[str, Any] = {
         "replicas": {"total": total, "ready": ready},
         "placements": sorted(out.placements, key=lambda p: p["replica"]),
@@ -141,23 +146,17 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         status["canary"] = canary_status
     xp.set_status(rsp, status)
 
-    scheduled = schedules[plan.current if plan.current in schedules else plan.stable]
-    message = scheduled.message
-    if plan.canary is not None:
-        stable_kept = len(schedules[plan.stable].kept)
-        message = f"canary: {message}; stable: {stable_kept} of {spec.replicas} kept"
-    xp.set_conditions(
-        rsp,
-        xp.Condition(conditions.REPLICAS_SCHEDULED, scheduled.scheduled, scheduled.reason, message),
-    )
-    if not scheduled.scheduled:
-        xp.warning(rsp, f"{scheduled.reason}: {message}")
+    scheduled_cond = _scheduled_condition(spec, plan, schedules)
+    xp.set_conditions(rsp, scheduled_cond)
+    if not scheduled_cond.status:
+        xp.warning(rsp, f"{scheduled_cond.reason}: {scheduled_cond.message}")
     ready_message = f"{ready} of {spec.replicas} replicas ready"
     if out.degraded:
         ready_message += "; no endpoint while the cluster is degraded: " + ", ".join(out.degraded)
-    if ready < spec.replicas:
-        xp.set_composite_ready(rsp, False)  # Ready only once every wanted replica is
-    pulling = out.pulling[plan.stable]
+    if ready < spec.replicas or plan.stable is None:
+        # Ready only once every wanted replica is, and a revision has passed the gate
+        xp.set_composite_ready(rsp, False)
+    pulling = out.pulling[serving] if serving else []
     if ready >= spec.replicas and not out.degraded:
         xp.set_conditions(rsp, conditions.available(conditions.REPLICAS_READY, ready_message))
     elif ready < spec.replicas and pulling:
@@ -265,26 +264,55 @@ def _canary_status(
     schedules: dict[str, scheduler.Schedule],
     observed_status: dict[str, Any],
 ) -> dict[str, Any]:
-    """The canary in progress, or the verdict that ended the last one (kept so a rolled back
-    revision is not tested again)."""
+    """The run, the test in progress, and the gate's record for the current revision in this run
+    (a verdict is kept so a rolled back revision is not tested again, nor a passed one)."""
     out: dict[str, Any] = {}
+    if plan.run is not None:
+        out["run"] = plan.run
     if plan.canary is not None and spec.canary is not None:
         sched = schedules[plan.canary]
-        out = {
+        out |= {
             "revision": plan.canary,
-            "trafficPercent": spec.canary.traffic_percent,
+            "trafficPercent": revisions.traffic_percent(plan, spec),
             "replicas": len(sched.kept) + len(sched.placed),
         }
     gate = (observed_status.get("canary") or {}).get("gate")
     if plan.verdict is not None:
         out["gate"] = dict(plan.verdict)
         out.setdefault("revision", plan.verdict.get("revision"))
-    elif isinstance(gate, dict) and gate.get("revision") == plan.current:
+    elif (
+        isinstance(gate, dict)
+        and gate.get("revision") == plan.current
+        and gate.get("run") == plan.run
+    ):
         out["gate"] = gate
     return out
 
 
+def _scheduled_condition(
+    spec: ModelDeploymentSpec, plan: revisions.Plan, schedules: dict[str, scheduler.Schedule]
+) -> xp.Condition:
+    """ReplicasScheduled for the revision being placed (the current one, else the stable one)."""
+    if not schedules:  # a first rollout failed the gate: nothing runs
+        return xp.Condition(
+            conditions.REPLICAS_SCHEDULED,
+            spec.replicas == 0,
+            GATE_FAILED,
+            f"nothing is placed: revision {plan.current} failed the latency gate and there is no "
+            "earlier revision to run; a spec change starts a new rollout",
+        )
+    scheduled = schedules[plan.current if plan.current in schedules else plan.stable or ""]
+    message = scheduled.message
+    if plan.mode == revisions.BESIDE_STABLE and plan.canary is not None and plan.stable:
+        stable_kept = len(schedules[plan.stable].kept)
+        message = f"canary: {message}; stable: {stable_kept} of {spec.replicas} kept"
+    return xp.Condition(
+        conditions.REPLICAS_SCHEDULED, scheduled.scheduled, scheduled.reason, message
+    )
+
+
 def _canary_condition(plan: revisions.Plan) -> xp.Condition:
+    run = f" in run {plan.run}" if plan.run else ""
     if plan.outcome == revisions.ROLLED_BACK and plan.verdict is not None:
         return xp.Condition(
             conditions.CANARY,
@@ -292,17 +320,32 @@ def _canary_condition(plan: revisions.Plan) -> xp.Condition:
             revisions.ROLLED_BACK,
             revisions.rollback_message(plan.verdict),
         )
-    if plan.outcome == revisions.PROMOTED:
+    if plan.outcome == revisions.FAILED:
         return xp.Condition(
-            conditions.CANARY, True, revisions.PROMOTED, f"revision {plan.current} promoted"
+            conditions.CANARY, False, revisions.FAILED, revisions.failed_message(plan)
+        )
+    if plan.outcome == revisions.PROMOTED:
+        how = {
+            revisions.FIRST_ROLLOUT: f"passed the latency gate{run}; it takes all traffic",
+            revisions.BESIDE_STABLE: f"passed the latency gate{run} and is promoted",
+            revisions.IN_PLACE: f"passed the latency gate{run} in place; it serves on",
+        }[plan.mode or revisions.BESIDE_STABLE]
+        return xp.Condition(
+            conditions.CANARY, True, revisions.PROMOTED, f"revision {plan.current} {how}"
         )
     if plan.outcome == revisions.AWAITING_VERDICT:
-        return xp.Condition(
-            conditions.CANARY,
-            False,
-            revisions.AWAITING_VERDICT,
+        waiting = {
+            revisions.FIRST_ROLLOUT: (
+                f"first revision {plan.canary} takes no traffic until the latency gate passes it"
+            ),
+            revisions.IN_PLACE: (
+                f"revision {plan.canary} serves unchanged while the latency gate re-tests it{run}"
+            ),
+        }.get(
+            plan.mode or "",
             f"canary revision {plan.canary} beside stable {plan.stable}; awaiting the latency gate",
         )
+        return xp.Condition(conditions.CANARY, False, revisions.AWAITING_VERDICT, waiting)
     return xp.Condition(
-        conditions.CANARY, True, "Stable", f"revision {plan.stable} serves all traffic"
+        conditions.CANARY, True, revisions.STABLE, f"revision {plan.stable} serves all traffic"
     )

@@ -1,20 +1,38 @@
 """Which revisions run, and how many replicas of each: the canary state machine. Pure.
 
-The revision of the spec (`plnt.revision.revision`) is the *current* one. The *stable*
-revision is remembered in the XR's `status.revisions.stable`; before the XR has a status it is
-the revision label most observed ModelReplicas carry. Then:
+The revision of the spec (`plnt.revision.revision`) is the *current* one. The *stable* revision,
+the one that serves traffic, is remembered in the XR's `status.revisions.stable`. A status
+without `revisions` (an XR restored without its status) falls back to the revision most observed
+ModelReplicas carry, but never to the current revision when the deployment is gated: an
+unremembered current revision is tested again rather than trusted.
 
-- no stable revision running (first rollout, or its replicas are gone), or the current one is
-  stable: the current revision runs `spec.replicas`, every other revision's replicas go;
-- the current revision differs and there is no `spec.canary`: it rolls straight through
-  (becomes stable at `spec.replicas`, the old revision's replicas go at once);
-- the current revision differs and `spec.canary` is set: the current revision is the canary
-  with ceil(replicas x trafficPercent / 100) (at least 1) replicas beside the stable ones, which
-  keep the replicas they have (a non-current revision is never placed anew: its engines are no
-  longer in the spec). Replicas of any third revision (a superseded canary) go. The verdict the
-  canary gate wrote to `status.canary.gate` for *this* revision decides: Pass promotes (it
-  becomes stable at `spec.replicas`, the old replicas go), Fail rolls back (its replicas go, the
-  stable revision keeps all traffic; the verdict is kept in status so it is not retried).
+Without `spec.canary` nothing is gated: the current revision runs `spec.replicas` and is
+stable at once; every other revision's replicas go.
+
+With `spec.canary` every rollout is smoke-tested by the canary-gate step before it takes
+traffic. The gate's verdict (`status.canary.gate`, or the pipeline context) counts only for the
+current revision *and* `spec.canary.runId` (the run; absent for a ModelDeployment nobody gave
+one, when each revision is tested once). The revision under test is `status.revisions.canary`:
+
+- first rollout (no stable revision, or none of its replicas runs any more): the current
+  revision runs `spec.replicas` replicas and is under test; it takes no traffic (a ModelService
+  holds the endpoints of a deployment without a stable revision). Pass: PROMOTED, it becomes
+  stable. Fail: FAILED, its replicas go and nothing serves until the spec changes.
+- canary (the current revision differs from a running stable one): the stable revision keeps
+  the replicas it has, the current one runs ceil(replicas x trafficPercent / 100) (at least 1)
+  and takes `trafficPercent` of the traffic. Pass: PROMOTED, it becomes stable at
+  `spec.replicas` and the old replicas go. Fail: ROLLED_BACK, its replicas go and the stable
+  revision keeps all traffic.
+- re-test in place (the current revision is stable but has not passed in this run: a spec
+  change that left the pods as they are): it keeps serving all traffic, under test
+  (`revisions.canary` = `revisions.stable`). Pass: PROMOTED (in place). Fail: FAILED, and it
+  keeps serving: the pods did not change, so there is nothing to roll back to.
+- steady (the current revision is stable and passed in this run, or there is no run): it runs
+  `spec.replicas`, nothing is under test.
+
+A non-current revision is never placed anew (its engines are no longer in the spec), and the
+replicas of any third revision (a superseded canary) go. A verdict stays in status, so a failed
+revision is not tried again in the same run, and a passed one is not measured again.
 """
 
 from __future__ import annotations
@@ -32,41 +50,70 @@ FAIL = "Fail"
 # reasons of the Canary condition
 PROMOTED = "Promoted"
 ROLLED_BACK = "RolledBack"
+FAILED = "Failed"  # the revision under test failed and there is nothing to roll back to
 AWAITING_VERDICT = "AwaitingVerdict"
+STABLE = "Stable"
+
+# how the revision under test runs (status.canary.trafficPercent says the same in numbers)
+FIRST_ROLLOUT = "first rollout"
+BESIDE_STABLE = "canary"
+IN_PLACE = "in place"
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     current: str
-    stable: str
-    canary: str | None
+    stable: str | None  # serves traffic; None until a first revision passes the gate
+    canary: str | None  # the revision under test (may equal stable: re-tested in place)
     targets: Mapping[str, int]  # revision -> replicas wanted; absent revisions go
-    outcome: str | None  # PROMOTED, ROLLED_BACK, AWAITING_VERDICT or None (no canary)
-    verdict: Mapping[str, Any] | None  # the gate's verdict on the current revision
+    outcome: str | None  # PROMOTED, ROLLED_BACK, FAILED, AWAITING_VERDICT or None (steady)
+    verdict: Mapping[str, Any] | None  # the gate's verdict on the current revision in this run
+    run: str | None = None
+    mode: str | None = None  # FIRST_ROLLOUT, BESIDE_STABLE or IN_PLACE: how the test runs
 
     def placed_anew(self, revision: str) -> bool:
         """Only the current revision's engines are in the spec, so only it gets new replicas."""
         return revision == self.current
 
+    @property
+    def serving(self) -> str | None:
+        """The revision whose replicas ReplicasReady counts: the stable one, or in a first
+        rollout the one being brought up."""
+        if self.stable is not None:
+            return self.stable
+        return self.current if self.current in self.targets else None
 
-def remembered_stable(status: Mapping[str, Any], observed_revisions: Counter[str]) -> str | None:
-    stable = (status.get("revisions") or {}).get("stable")
-    if stable:
-        return stable
-    if not observed_revisions:
+
+def remembered_stable(
+    status: Mapping[str, Any], observed_revisions: Counter[str], current: str, gated: bool
+) -> str | None:
+    revisions = status.get("revisions")
+    if isinstance(revisions, Mapping):
+        return revisions.get("stable") or None
+    # An XR without status: the revision the fleet runs, but a gated deployment never takes
+    # its current revision as stable without a verdict.
+    running = {
+        r: n for r, n in observed_revisions.items() if n > 0 and not (gated and r == current)
+    }
+    if not running:
         return None
     # most replicas first, then the lexically smallest: deterministic
-    return min(observed_revisions.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    return min(running.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
 def gate_verdict(
-    status: Mapping[str, Any], context_verdict: Mapping[str, Any] | None, revision: str
+    status: Mapping[str, Any],
+    context_verdict: Mapping[str, Any] | None,
+    revision: str,
+    run: str | None = None,
 ) -> Mapping[str, Any] | None:
-    """The gate's verdict for `revision`, from the pipeline context or the observed XR status."""
+    """The gate's verdict for `revision` in `run`, from the pipeline context or the observed XR
+    status. A verdict without a run belongs to no run."""
     for verdict in (context_verdict, (status.get("canary") or {}).get("gate")):
         if (
             isinstance(verdict, Mapping)
             and verdict.get("revision") == revision
+            and verdict.get("run") == run
             and verdict.get("verdict") in (PASS, FAIL)
         ):
             return verdict
@@ -80,31 +127,92 @@ def plan(
     observed_revisions: Counter[str],
     context_verdict: Mapping[str, Any] | None = None,
 ) -> Plan:
-    stable = remembered_stable(status, observed_revisions)
-    stable_running = stable is not None and observed_revisions.get(stable, 0) > 0
-    if stable is None or stable == current or not stable_running or spec.canary is None:
-        return Plan(current, current, None, {current: spec.replicas}, None, None)
-    verdict = gate_verdict(status, context_verdict, current)
-    if verdict is not None and verdict["verdict"] == PASS:
-        return Plan(current, current, None, {current: spec.replicas}, PROMOTED, verdict)
-    if verdict is not None:
-        return Plan(current, stable, None, {stable: spec.replicas}, ROLLED_BACK, verdict)
-    targets = {stable: spec.replicas, current: spec.canary.replicas(spec.replicas)}
-    return Plan(current, stable, current, targets, AWAITING_VERDICT, None)
+    replicas = spec.replicas
+    if spec.canary is None:
+        return Plan(current, current, None, {current: replicas}, None, None)
+    run = spec.canary.run_id
+    stable = remembered_stable(status, observed_revisions, current, gated=True)
+    verdict = gate_verdict(status, context_verdict, current, run)
+    passed = verdict is not None and verdict["verdict"] == PASS
+    failed = verdict is not None and not passed
+    every = {current: replicas}
+
+    if stable == current:
+        if passed or (verdict is None and run is None):
+            return Plan(current, current, None, every, None, verdict, run)
+        if failed:
+            return Plan(current, current, None, every, FAILED, verdict, run, IN_PLACE)
+        return Plan(current, current, current, every, AWAITING_VERDICT, None, run, IN_PLACE)
+
+    if stable is None or observed_revisions.get(stable, 0) == 0:
+        if passed:
+            return Plan(current, current, None, every, PROMOTED, verdict, run, FIRST_ROLLOUT)
+        if failed:
+            return Plan(current, None, None, {}, FAILED, verdict, run, FIRST_ROLLOUT)
+        return Plan(current, None, current, every, AWAITING_VERDICT, None, run, FIRST_ROLLOUT)
+
+    if passed:
+        return Plan(current, current, None, every, PROMOTED, verdict, run, BESIDE_STABLE)
+    if failed:
+        return Plan(current, stable, None, {stable: replicas}, ROLLED_BACK, verdict, run)
+    targets = {stable: replicas, current: spec.canary.replicas(replicas)}
+    return Plan(current, stable, current, targets, AWAITING_VERDICT, None, run, BESIDE_STABLE)
 
 
-def rollback_message(verdict: Mapping[str, Any]) -> str:
-    """The measured figures against the budgets, for the RolledBack condition."""
-    parts = [f"canary revision {verdict.get('revision')} failed the latency gate"]
-    if verdict.get("reason"):
-        parts.append(str(verdict["reason"]))
+def traffic_percent(plan: Plan, spec: ModelDeploymentSpec) -> int:
+    """The share of the traffic the revision under test takes while it is measured."""
+    if plan.mode == FIRST_ROLLOUT:
+        return 0
+    if plan.mode == IN_PLACE:
+        return 100
+    return spec.canary.traffic_percent if spec.canary else 100
+
+
+def figures(verdict: Mapping[str, Any]) -> str:
+    """The measured p50/p95 figures against the budgets."""
+    parts = []
     budgets = verdict.get("budgets") or {}
     for metric in ("ttftMs", "tpotMs"):
-        figures = verdict.get(metric) or {}
-        if figures:
-            text = f"{metric[:4].upper()} p50 {figures.get('p50')} ms, p95 {figures.get('p95')} ms"
+        measured = verdict.get(metric) or {}
+        if measured:
+            text = (
+                f"{metric[:4].upper()} p50 {measured.get('p50')} ms, p95 {measured.get('p95')} ms"
+            )
             budget = budgets.get(metric, budgets.get(metric.replace("Ms", "BudgetMs")))
             if budget is not None:
                 text += f" (budget {budget} ms)"
             parts.append(text)
     return "; ".join(parts)
+
+
+def _verdict_message(head: str, verdict: Mapping[str, Any]) -> str:
+    parts = [head]
+    if verdict.get("reason"):
+        parts.append(str(verdict["reason"]))
+    if figures(verdict):
+        parts.append(figures(verdict))
+    return "; ".join(parts)
+
+
+def rollback_message(verdict: Mapping[str, Any]) -> str:
+    """The measured figures against the budgets, for the RolledBack condition."""
+    return _verdict_message(
+        f"canary revision {verdict.get('revision')} failed the latency gate", verdict
+    )
+
+
+def failed_message(plan: Plan) -> str:
+    """Why the revision under test failed with nothing to roll back to, and what serves now."""
+    verdict = plan.verdict or {}
+    run = f" in run {plan.run}" if plan.run else ""
+    if plan.mode == IN_PLACE:
+        head = (
+            f"revision {plan.current} failed the latency gate{run} and keeps serving: the pods did "
+            "not change, so there is nothing to roll back to"
+        )
+    else:
+        head = (
+            f"revision {plan.current} failed the latency gate{run} and never took traffic; there "
+            "is no earlier revision to keep, so nothing serves until the spec changes"
+        )
+    return _verdict_message(head, verdict)

@@ -13,6 +13,8 @@ Design choices:
   so ``status.weights`` and the route agree exactly and nothing flaps between reconciles.
 - An endpoint of a degraded replica is simply absent: ModelDeployment drops it, the
   selector no longer matches it, and its share goes to the others.
+- Endpoints of a ModelDeployment without a stable revision get no traffic: its first
+  revision takes none until the canary gate passes it.
 - ``status.url`` is ``http://<host><path>``, the host being ``spec.hostnames[0]`` or the
   Gateway's first status address.
 - An endpoint with a malformed spec, or whose host is not a DNS name or IP address or is
@@ -49,6 +51,13 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     selected, targets = selected_endpoints(req, rsp, spec, namespace)
     endpoints = {ep["metadata"]["name"]: ep for found in selected for ep in found}
     deployments = deployments_of(req, rsp, endpoints.values(), namespace)
+    # A deployment's first revision takes no traffic until the canary gate passes it.
+    held = sorted(n for n, ep in endpoints.items() if _untested(ep, deployments))
+    if held:
+        selected = [
+            [ep for ep in found if ep["metadata"]["name"] not in held] for found in selected
+        ]
+        endpoints = {n: ep for n, ep in endpoints.items() if n not in held}
     gateways = xp.require(
         req,
         rsp,
@@ -93,17 +102,24 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     }
     if host:
         status["url"] = f"http://{host}{path}"
-    xp.set_status(rsp, status)
     routed = any(w > 0 for w in integers.values())
+    if routed:
+        message = f"{sum(1 for w in integers.values() if w)} endpoint(s) receive traffic"
+    elif held:
+        message = (
+            f"{len(held)} endpoint(s) of a first rollout wait for the latency gate "
+            f"({', '.join(held)}); the route answers 503"
+        )
+    else:
+        message = "no selected ModelEndpoint exists yet; the route answers 503"
+    xp.set_status(rsp, status)
     xp.set_conditions(
         rsp,
         xp.Condition(
             conditions.ROUTED,
             routed,
             conditions.AVAILABLE if routed else conditions.NO_ENDPOINTS,
-            f"{sum(1 for w in integers.values() if w)} endpoint(s) receive traffic"
-            if routed
-            else "no selected ModelEndpoint exists yet; the route answers 503",
+            message,
         ),
     )
     return rsp
@@ -182,6 +198,16 @@ def _endpoint(ep: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> wei
     ).get("canary")
     is_canary = bool(canary_revision) and ep_labels.get(labels.REVISION) == canary_revision
     return weights.Endpoint(ep["metadata"]["name"], dep, is_canary)
+
+
+def _untested(ep: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> bool:
+    """An endpoint of a ModelDeployment that has no stable revision yet: nothing it runs has
+    passed the latency gate (its first rollout is being smoke-tested, or failed)."""
+    dep = deployments.get((ep["metadata"].get("labels") or {}).get(labels.DEPLOYMENT) or "")
+    if dep is None:
+        return False
+    revisions = (dep.get("status") or {}).get("revisions") or {}
+    return not revisions.get("stable")
 
 
 def _canary_percent(deployment: dict[str, Any]) -> int:

@@ -1,12 +1,17 @@
 """WorkflowRun (plnt.work/v1): the one-resource way to serve a model.
 
-Reads the WorkflowRun and the observed ModelDeployment and ModelService it composed.
-Composes a ModelDeployment named after the run (one Standalone engine named after the
-runtime, from the runtime's preset; one DRA device request ``gpu`` of ``resources.gpu``
-devices selected by the gpuClass CEL; the canary and autoscaling blocks) and a ModelService
-that routes the control-plane Gateway to that deployment's ModelEndpoints.
+Reads the WorkflowRun, the observed ModelDeployment and ModelService it composed, and as a
+required resource every InferenceClass (which GPU classes the fleet offers). Composes a
+ModelDeployment named after the run (one Standalone engine named after the runtime, from the
+runtime's preset; one DRA device request ``gpu`` of ``resources.gpu`` devices selected by the
+gpuClass CEL; the canary block with ``runId`` = the workflowRunId, and autoscaling) and a
+ModelService that routes the control-plane Gateway to that deployment's ModelEndpoints.
 
 Design choices:
+- Every rollout is gated: the ModelDeployment always gets a canary block, so its first
+  revision takes no traffic until it passes the smoke test, a change of the pods is a canary
+  at ``trafficPercent``, and any other spec change (a new workflowRunId, passed as
+  ``canary.runId``) re-tests the serving revision in place against the current budgets.
 - The phase is derived from observed state on every call (phases.py), never stored and
   advanced, so a restarted control plane reports the same phase.
 - Weights named by ``model.storageUri`` are staged before the engine starts: the engine
@@ -16,7 +21,10 @@ Design choices:
   PullingWeights phase.
 - ``status.endpoint`` is the ModelService URL, the address that stays put across canaries,
   rollbacks and clusters (docs/workflow-run.md says why not ``<name>.<ns>.svc``).
-- Invalid input is a Fatal result, and the Valid condition (False) and phase Failed say why.
+- Invalid input is not a Fatal result: Crossplane discards the desired status of a Fatal
+  response, so phase Failed would never reach the live object. It is a Warning, the Valid
+  condition (False, naming the field), phase Failed, and every composed resource carried
+  forward as observed, so a running model loses nothing to a bad update.
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ from plnt.models.workflow_run import WorkflowRunSpec
 
 DEPLOYMENT = "model-deployment"
 SERVICE = "model-service"
+INFERENCE_CLASSES = "inference-classes"
 MODELPLANE = "modelplane.ai/v1alpha1"
+CROSSPLANE = "crossplane.io/"  # label prefix Crossplane puts on what it composes
 WEIGHTS_PATH = "/models"  # where ModelReplica mounts a ModelCache, too
 
 
@@ -42,64 +52,104 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     meta = xr.get("metadata") or {}
     name = meta.get("name", "")
     generation = int(meta.get("generation") or 0)
-    identity = {"workflowRunId": workflow_run_id(meta.get("uid", ""), generation)}
+    run_id = workflow_run_id(meta.get("uid", ""), generation)
+    identity: dict[str, Any] = {"workflowRunId": run_id}
     if generation:
         identity["observedGeneration"] = generation
     observed = xp.observed_resources(req)
+    seen_deployment = observed.get(DEPLOYMENT)
+    seen_service = observed.get(SERVICE)
+    fleet = xp.require(req, rsp, INFERENCE_CLASSES, MODELPLANE, "InferenceClass", match_labels={})
+    rsp.requirements.resources[INFERENCE_CLASSES].match_labels.SetInParent()  # every one
 
     try:
         spec = xp.parse(WorkflowRunSpec, xr.get("spec") or {}, "spec")
         preset = presets.preset_for(spec.runtime, spec.model.quantization)
-        gpu_cel = gpu_classes.selector_for(spec.resources.gpu_class)
-    except xp.InvalidInput as err:
-        xp.set_status(rsp, {**identity, "phase": phases.FAILED})
-        xp.set_conditions(
-            rsp,
-            xp.Condition(conditions.VALID, False, conditions.INVALID_SPEC, str(err)),
-            xp.Condition(conditions.SERVING, False, phases.FAILED, str(err)),
+        gpu_cel = gpu_classes.selector_for(
+            spec.resources.gpu_class, gpu_classes.fleet_gpus(fleet or [])
         )
-        xp.fatal(rsp, f"invalid input: {err}")
+    except xp.InvalidInput as err:
+        _refuse(rsp, err, identity, observed)
         return rsp
 
-    seen_deployment = observed.get(DEPLOYMENT)
-    seen_service = observed.get(SERVICE)
-    phase = phases.derive(seen_deployment, seen_service)
-
+    phase = phases.derive(seen_deployment, seen_service, run_id)
     deployment = model_deployment(
         name, spec, preset=preset, gpu_cel=gpu_cel, seen=seen_deployment, identity=identity
     )
-    xp.compose(rsp, DEPLOYMENT, deployment, ready=_replicas_ready(seen_deployment))
-    xp.compose(rsp, SERVICE, model_service(name, identity), ready=_routing(seen_service))
+    xp.compose(rsp, DEPLOYMENT, deployment, ready=phases.serving(seen_deployment))
+    service = model_service(name, identity, seen_deployment)
+    xp.compose(rsp, SERVICE, service, ready=phases.routed(seen_service))
 
-    status: dict[str, Any] = {**identity, "phase": phase.name}
-    if phase.endpoint:
-        status["endpoint"] = phase.endpoint
-    xp.set_status(rsp, status)
+    xp.set_status(rsp, _status(identity, phase))
     xp.set_conditions(
         rsp,
         xp.Condition(conditions.VALID, True, conditions.AVAILABLE, "spec is valid"),
-        xp.Condition(
-            conditions.SERVING,
-            phase.name == phases.READY,
-            phase.name,
-            phase.message,
-        ),
+        xp.Condition(conditions.SERVING, phase.name == phases.READY, phase.name, phase.message),
     )
     return rsp
+
+
+def _refuse(
+    rsp: fnv1.RunFunctionResponse,
+    err: xp.InvalidInput,
+    identity: dict[str, Any],
+    observed: dict[str, dict[str, Any]],
+) -> None:
+    """An invalid spec: phase Failed with the reason, through a path that is not Fatal (whose
+    status Crossplane would discard), composing exactly what is observed so nothing is deleted
+    and whatever ran under the previous spec keeps running."""
+    for resource, obj in observed.items():
+        ready = {DEPLOYMENT: phases.serving, SERVICE: phases.routed}.get(resource, xp.is_ready)
+        xp.compose(rsp, resource, carried(obj), ready=ready(obj))
+    kept = phases.derive(observed.get(DEPLOYMENT), observed.get(SERVICE)) if observed else None
+    message = f"invalid spec: {err}"
+    if kept is not None and kept.endpoint:
+        message += f"; the previous spec keeps serving at {kept.endpoint}"
+    failed = phases.Phase(phases.FAILED, message, kept.endpoint if kept else None)
+    xp.set_status(rsp, _status(identity, failed))
+    xp.set_conditions(
+        rsp,
+        xp.Condition(conditions.VALID, False, conditions.INVALID_SPEC, str(err)),
+        xp.Condition(conditions.SERVING, False, phases.FAILED, message),
+    )
+    xp.warning(rsp, message)
+
+
+def _status(identity: dict[str, Any], phase: phases.Phase) -> dict[str, Any]:
+    status: dict[str, Any] = {**identity, "phase": phase.name}
+    if phase.endpoint:
+        status["endpoint"] = phase.endpoint
+    return status
+
+
+def carried(observed: dict[str, Any]) -> dict[str, Any]:
+    """An observed composed resource as a desired one, unchanged: its kind, name, labels,
+    annotations and spec (not its status, nor what the API server and Crossplane own)."""
+    meta = observed.get("metadata") or {}
+    out_meta = {k: meta[k] for k in ("name", "labels", "annotations") if meta.get(k)}
+    annotations = dict(out_meta.get("annotations") or {})
+    annotations.pop(xp.COMPOSITION_RESOURCE_NAME, None)
+    labels_ = {
+        k: v for k, v in (out_meta.get("labels") or {}).items() if not k.startswith(CROSSPLANE)
+    }
+    for key, value in (("annotations", annotations), ("labels", labels_)):
+        if value:
+            out_meta[key] = value
+        else:
+            out_meta.pop(key, None)
+    out = {
+        "apiVersion": observed.get("apiVersion"),
+        "kind": observed.get("kind"),
+        "metadata": out_meta,
+    }
+    if "spec" in observed:
+        out["spec"] = observed["spec"]
+    return out
 
 
 def workflow_run_id(uid: str, generation: int) -> str:
     """``r-`` + 10 hex of sha256(uid + generation): a spec update is a fresh run."""
     return "r-" + hashlib.sha256(f"{uid}{generation}".encode()).hexdigest()[:10]
-
-
-def _replicas_ready(seen: dict[str, Any] | None) -> bool:
-    cond = xp.condition_of(seen, conditions.REPLICAS_READY)
-    return bool(cond and cond.get("status") == "True")
-
-
-def _routing(seen: dict[str, Any] | None) -> bool:
-    return bool(seen and xp.is_ready(seen) and (seen.get("status") or {}).get("url"))
 
 
 def engine_container(spec: WorkflowRunSpec, preset: presets.Preset) -> dict[str, Any]:
@@ -171,6 +221,7 @@ def model_deployment(
         ],
         "canary": {
             "trafficPercent": spec.canary.traffic_percent,
+            "runId": identity["workflowRunId"],
             "smokeTest": {
                 "prompts": smoke.prompts,
                 "ttftBudgetMs": smoke.ttft_budget_ms,
@@ -196,15 +247,26 @@ def model_deployment(
     }
 
 
-def model_service(run: str, identity: dict[str, Any]) -> dict[str, Any]:
-    """Routes the default control-plane Gateway at ``/<namespace>/<run>`` to the run's endpoints."""
+def model_service(
+    run: str, identity: dict[str, Any], seen_deployment: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Routes the default control-plane Gateway at ``/<namespace>/<run>`` to the run's endpoints.
+
+    The ``plnt.work/stable-revision`` annotation follows the deployment's stable revision, so a
+    promotion changes the ModelService and it re-reads its endpoints at once, not at its next
+    poll."""
+    annotations = {labels.WORKFLOW_RUN_ID: identity["workflowRunId"]}
+    revisions = ((seen_deployment or {}).get("status") or {}).get("revisions") or {}
+    stable = revisions.get("stable") if isinstance(revisions, dict) else None
+    if isinstance(stable, str) and stable:
+        annotations[labels.STABLE_REVISION] = stable
     return {
         "apiVersion": MODELPLANE,
         "kind": "ModelService",
         "metadata": {
             "name": run,
             "labels": {labels.WORKFLOW_RUN: run},
-            "annotations": {labels.WORKFLOW_RUN_ID: identity["workflowRunId"]},
+            "annotations": annotations,
         },
         "spec": {
             "endpoints": [{"weight": 1, "selector": {"matchLabels": {labels.DEPLOYMENT: run}}}]

@@ -1,28 +1,33 @@
 """The WorkflowRun phase, derived on every reconcile from what is observed.
 
-Nothing is remembered between reconciles: the phase is a pure function of the observed
-ModelDeployment (its conditions, revisions and canary gate) and ModelService (its URL and
-readiness). The rules, first match wins:
+Nothing is remembered between reconciles: the phase is a pure function of the run id and the
+observed ModelDeployment (its conditions, revisions and canary gate) and ModelService (its URL,
+readiness and Routed condition). The rules, first match wins:
 
 | phase          | observed                                                                   |
 |----------------|----------------------------------------------------------------------------|
 | Failed         | (invalid spec: decided by the caller) the ModelDeployment cannot be        |
-|                | reconciled (Synced False), or a gate failed with no stable revision to keep |
+|                | reconciled (Synced False); or the revision under test failed the gate with |
+|                | nothing to roll back to (Canary reason Failed: a first rollout, which      |
+|                | never took traffic, or a re-test in place of unchanged pods)               |
+| Validating     | no ModelDeployment observed yet, or it has not taken up this run yet       |
+|                | (`status.canary.run` is not the run id), or it has not reported a schedule |
 | RolledBack     | the Canary condition's reason is RolledBack: the stable revision kept 100% |
-| Validating     | no ModelDeployment observed yet, or it has not reported a schedule         |
 | Pending        | ReplicasScheduled is False: no cluster can place the replicas yet          |
-| SmokeTesting   | a canary revision awaits the gate's verdict (Canary AwaitingVerdict or     |
-|                | SmokeTesting) and the gate is measuring (Deploying while the gate still    |
-|                | waits for the canary's replicas: CanaryGate WaitingForCanary)              |
+| PullingWeights | a first rollout's replicas are not ready and ReplicasReady's reason is     |
+|                | PullingWeights (or, with no revision under test, any rollout's)            |
+| Deploying      | the revision under test is not ready to be measured (the gate waits:       |
+|                | `status.canary.gate.state` Waiting), or replicas are not ready otherwise   |
+| SmokeTesting   | the gate measures the revision under test (state Measuring), or has a      |
+|                | verdict the schedule step has not acted on yet                             |
 | Promoting      | the gate passed (Canary Promoted) and the promoted revision is not fully   |
 |                | ready or routed yet, or replicas are ready but the ModelService does not   |
-|                | route to them yet (no URL, not Ready)                                      |
-| PullingWeights | replicas are not ready and ReplicasReady's reason is PullingWeights        |
-| Deploying      | replicas are not ready for any other reason                                |
+|                | route to them yet (no URL, not Ready, or Routed not True)                  |
 | Ready          | replicas ready and the ModelService routes to them with a URL              |
 
 ``endpoint`` is the ModelService URL once a stable revision serves behind it, so it stays
-set through a later update's canary, promotion or rollback.
+set through a later update's canary, re-test, promotion or rollback, and is never set while a
+first rollout is tested.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ CANARY = conditions.CANARY
 CANARY_WAITING = frozenset({"AwaitingVerdict", "SmokeTesting"})
 CANARY_PROMOTED = "Promoted"
 CANARY_ROLLED_BACK = "RolledBack"
+CANARY_FAILED = "Failed"
+GATE_WAITING = "Waiting"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +82,26 @@ def _cond(obj: Mapping[str, Any] | None, typ: str) -> dict[str, Any]:
     return dict(xp.condition_of(obj, typ) or {})
 
 
-def derive(deployment: Mapping[str, Any] | None, service: Mapping[str, Any] | None) -> Phase:
+def serving(deployment: Mapping[str, Any] | None) -> bool:
+    """A revision has passed the gate and its replicas are all ready."""
+    stable = (_status(deployment).get("revisions") or {}).get("stable")
+    return bool(stable) and _cond(deployment, conditions.REPLICAS_READY).get("status") == "True"
+
+
+def routed(service: Mapping[str, Any] | None) -> bool:
+    """The ModelService has a URL, is Ready, and sends traffic to at least one endpoint."""
+    return bool(
+        _status(service).get("url")
+        and xp.is_ready(service)
+        and _cond(service, conditions.ROUTED).get("status") == "True"
+    )
+
+
+def derive(
+    deployment: Mapping[str, Any] | None,
+    service: Mapping[str, Any] | None,
+    run: str | None = None,
+) -> Phase:
     """The phase for a valid spec (Failed on invalid input is decided by the caller)."""
     if deployment is None:
         return Phase(VALIDATING, "spec is valid; the ModelDeployment is being created")
@@ -88,48 +114,73 @@ def derive(deployment: Mapping[str, Any] | None, service: Mapping[str, Any] | No
     ready = _cond(deployment, conditions.REPLICAS_READY)
     synced = _cond(deployment, "Synced")
     url = _status(service).get("url")
-    serving = url if (stable and url) else None
+    endpoint = url if (stable and url) else None
 
     if synced.get("status") == "False":
         why = synced.get("message") or synced.get("reason") or "no reason given"
-        return Phase(FAILED, f"the ModelDeployment cannot be reconciled: {why}")
+        return Phase(FAILED, f"the ModelDeployment cannot be reconciled: {why}", endpoint)
+    if run is not None and (status.get("canary") or {}).get("run") != run:
+        return Phase(VALIDATING, f"the ModelDeployment has not taken up run {run} yet", endpoint)
+    if canary_cond.get("reason") == CANARY_FAILED:
+        return Phase(FAILED, canary_cond.get("message") or "the smoke test failed", endpoint)
     if gate.get("verdict") == "Fail" and not stable:
-        return Phase(
-            FAILED, f"the smoke test failed and no stable revision exists: {gate.get('reason', '')}"
-        )
+        why = gate.get("reason", "")
+        return Phase(FAILED, f"the smoke test failed and no stable revision exists: {why}")
     if canary_cond.get("reason") == CANARY_ROLLED_BACK:
         return Phase(
-            ROLLED_BACK, canary_cond.get("message") or "the canary was rolled back", serving
+            ROLLED_BACK, canary_cond.get("message") or "the canary was rolled back", endpoint
         )
     if not scheduled:
         return Phase(VALIDATING, "the ModelDeployment has not reported a schedule yet")
     if scheduled.get("status") == "False":
         why = scheduled.get("message") or scheduled.get("reason") or ""
-        return Phase(PENDING, f"replicas are not scheduled yet: {why}".rstrip(": "), serving)
+        return Phase(PENDING, f"replicas are not scheduled yet: {why}".rstrip(": "), endpoint)
     if canary and canary_cond.get("reason") in CANARY_WAITING:
-        gate_cond = _cond(deployment, conditions.CANARY_GATE)
-        if (
-            gate.get("state") == "Waiting"
-            or gate_cond.get("reason") == conditions.WAITING_FOR_CANARY
-        ):
-            why = gate.get("message") or gate_cond.get("message") or "its replicas are not ready"
-            return Phase(DEPLOYING, f"starting canary revision {canary}: {why}", serving)
-        return Phase(
-            SMOKE_TESTING, f"the latency gate is measuring canary revision {canary}", serving
-        )
-    routed = bool(url) and xp.is_ready(service)
+        return _testing(deployment, canary, stable, endpoint)
     replicas_ready = ready.get("status") == "True"
-    if canary_cond.get("reason") == CANARY_PROMOTED and not (replicas_ready and routed):
+    is_routed = routed(service)
+    if canary_cond.get("reason") == CANARY_PROMOTED and not (replicas_ready and is_routed):
         return Phase(
-            PROMOTING, f"revision {stable} passed the gate; shifting traffic to it", serving
+            PROMOTING, f"revision {stable} passed the gate; shifting traffic to it", endpoint
         )
     if not replicas_ready:
         counts = ready.get("message") or "replicas not ready"
         if ready.get("reason") == conditions.PULLING_WEIGHTS:
-            return Phase(PULLING_WEIGHTS, f"staging model weights: {counts}", serving)
-        return Phase(DEPLOYING, f"starting engines: {counts}", serving)
-    if not routed:
+            return Phase(PULLING_WEIGHTS, f"staging model weights: {counts}", endpoint)
+        return Phase(DEPLOYING, f"starting engines: {counts}", endpoint)
+    if not is_routed:
+        why = _cond(service, conditions.ROUTED).get("message") or "it has no URL or is not Ready"
         return Phase(
-            PROMOTING, "replicas are ready; the ModelService does not route to them yet", serving
+            PROMOTING,
+            f"replicas are ready; the ModelService does not route to them yet: {why}",
+            endpoint,
         )
     return Phase(READY, f"serving at {url}", url)
+
+
+def _testing(
+    deployment: Mapping[str, Any], canary: str, stable: str | None, endpoint: str | None
+) -> Phase:
+    """A revision awaits the gate: it is coming up (PullingWeights, Deploying) or measured."""
+    gate = (_status(deployment).get("canary") or {}).get("gate") or {}
+    ready = _cond(deployment, conditions.REPLICAS_READY)
+    gate_cond = _cond(deployment, conditions.CANARY_GATE)
+    measuring = gate.get("state") not in (None, GATE_WAITING) or (
+        not gate and gate_cond.get("reason") in (conditions.MEASURING, conditions.PASSED)
+    )
+    if gate.get("revision") not in (None, canary) or not measuring:
+        why = gate.get("message") or gate_cond.get("message") or "its replicas are not ready"
+        if not stable and ready.get("reason") == conditions.PULLING_WEIGHTS:
+            counts = ready.get("message") or "replicas not ready"
+            return Phase(PULLING_WEIGHTS, f"staging model weights: {counts}", endpoint)
+        what = "first revision" if not stable else "canary revision"
+        if stable == canary:
+            what = "revision"
+        return Phase(DEPLOYING, f"starting {what} {canary}: {why}", endpoint)
+    if stable == canary:
+        what = f"re-testing revision {canary} in place (its traffic unchanged)"
+    elif stable:
+        what = f"measuring canary revision {canary}"
+    else:
+        what = f"measuring first revision {canary}; it takes no traffic until it passes"
+    return Phase(SMOKE_TESTING, f"the latency gate is {what}", endpoint)

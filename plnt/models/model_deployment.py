@@ -18,6 +18,7 @@ from plnt.models.base import SpecModel
 from plnt.models.model_replica import EngineOf, MemberBase, ModelCacheRef, Serving, check_engines
 
 _Model = SpecModel
+DEFAULT_TRAFFIC_PERCENT = 5  # seed 000's lifecycle: "New canary at 5% traffic"
 
 
 class Selector(_Model):
@@ -79,8 +80,13 @@ class SmokeTest(_Model):
 
 
 class Canary(_Model):
-    traffic_percent: int = Field(alias="trafficPercent", ge=1, le=100)
+    traffic_percent: int = Field(
+        default=DEFAULT_TRAFFIC_PERCENT, alias="trafficPercent", ge=1, le=100
+    )
     smoke_test: SmokeTest | None = Field(default=None, alias="smokeTest")
+    # A smoke test is of a revision within a run: a new runId (a WorkflowRun's workflowRunId)
+    # re-tests even an unchanged revision; without one, each revision is tested once.
+    run_id: str | None = Field(default=None, alias="runId", min_length=1, max_length=63)
 
     def replicas(self, total: int) -> int:
         """Canary replicas beside `total` stable ones: ceil(total x percent / 100), at least 1."""

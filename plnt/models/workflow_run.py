@@ -1,8 +1,9 @@
 """WorkflowRun spec (plnt.work/v1), as its XRD states it.
 
-Every default, bound and enum of the XRD is repeated here; the XRD's CEL rules (replicas
-min <= max, the runtime/quantization pairs a runtime cannot serve, known gpuClasses) are
-checked by the function itself (presets.py, gpu_classes.py) so the messages name both values.
+Every default, bound, pattern and enum of the XRD is repeated here; the XRD's CEL rules
+(replicas min <= max, the runtime/quantization pairs a runtime cannot serve) are checked by the
+function itself (presets.py) so the messages name both values. Which gpuClass names exist is
+not a schema question: the fleet's InferenceClasses decide (gpu_classes.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ STORAGE_URI_PATTERN = r"^(s3|gs|hf|https)://[^\s]+$"
 MAX_GPUS = 8
 MAX_REPLICAS = 64
 MAX_MEMORY_GIB = 4096
+# `<vendor domain>/<model>`, as in nvidia.com/h100: the shape of every built-in class and of
+# a class an InferenceClass device declares.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+GPU_CLASS_PATTERN = rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+GPU_CLASS_MAX_LENGTH = 63
+DEFAULT_TRAFFIC_PERCENT = 5  # seed 000's lifecycle: "New canary at 5% traffic"
 
 
 _Model = NonNullSpecModel
@@ -34,7 +41,9 @@ class ModelSource(_Model):
 
 class Resources(_Model):
     gpu: int = Field(default=1, ge=1, le=MAX_GPUS)
-    gpu_class: str = Field(alias="gpuClass", min_length=1, max_length=63)
+    gpu_class: str = Field(
+        alias="gpuClass", max_length=GPU_CLASS_MAX_LENGTH, pattern=GPU_CLASS_PATTERN
+    )
     memory_gib: int = Field(default=64, alias="memoryGiB", ge=1, le=MAX_MEMORY_GIB)
 
 
@@ -60,7 +69,9 @@ class SmokeTest(_Model):
 
 
 class Canary(_Model):
-    traffic_percent: int = Field(default=10, alias="trafficPercent", ge=1, le=100)
+    traffic_percent: int = Field(
+        default=DEFAULT_TRAFFIC_PERCENT, alias="trafficPercent", ge=1, le=100
+    )
     smoke_test: SmokeTest = Field(default_factory=SmokeTest, alias="smokeTest")
 
 

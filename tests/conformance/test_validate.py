@@ -6,14 +6,16 @@ import pathlib
 
 import pytest
 import yaml
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import render
+from plnt import render, xp
 from tests.conformance import crossplane_cli
 
 REPO = crossplane_cli.REPO
 SCENARIOS = render.scenario_folders(REPO / "examples")
 INVALID = sorted(REPO.glob("tests/invalid/*/*.yaml"))
 EXPECT = "plnt.work/expect-error"
+NOT_FATAL = {"WorkflowRun"}  # kinds whose functions refuse invalid input with phase Failed
 
 
 def test_xrds_are_valid(crank: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -76,6 +78,17 @@ def test_invalid_xr_is_rejected_by_crossplane_and_the_function(
     assert "[x]" in proc.stdout
 
     composition = render.compositions()[(xr["apiVersion"], xr["kind"])]
+    if xr["kind"] in NOT_FATAL:
+        # Refused without a Fatal, whose status Crossplane would discard: phase Failed, a
+        # Warning and a Valid condition naming the field.
+        desired, results, conds, _ = render.run_pipeline(composition, xr, [], [])
+        status = xp.to_dict(desired.composite.resource)["status"]
+        assert status["phase"] == "Failed"
+        (valid,) = [c for c in conds if c.type == "Valid"]
+        assert (valid.status, valid.reason) == (fnv1.STATUS_CONDITION_FALSE, "InvalidSpec")
+        assert expected in valid.message
+        assert [r.severity for _, r in results] == [fnv1.SEVERITY_WARNING]
+        return
     with pytest.raises(render.PipelineError) as err:
         render.run_pipeline(composition, xr, [], [])
     assert "fatal result" in str(err.value)

@@ -4,6 +4,10 @@ The XR is examples/deploy-qwen3-8b's with a canary; the canary's ModelReplica an
 are given as observed state, the endpoint's URL pointing at `plnt.gate.fake_server`. Latency
 assertions only use lower bounds (the server never answers sooner than injected) or budgets far
 above what a loopback server takes, so no test depends on how busy the machine is.
+
+A smoke test spans calls: the first answers Measuring and starts it in the background, a call
+after it finished writes the verdict (`measured` below makes both calls and checks the first).
+Every test starts with an empty set of measurements, as a fresh function process would.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import copy
 import json
 import pathlib
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +28,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import json_format
 
-from functions.canary_gate import canary, fn
+from functions.canary_gate import canary, fn, inflight
 from plnt import procs, render, runtime, xp
 from plnt.gate.fake_server import Behaviour, FakeServer, serve_in_thread
 
@@ -123,6 +128,29 @@ def run(req: fnv1.RunFunctionRequest, required: list[dict] = ()) -> fnv1.RunFunc
     raise AssertionError("requirements did not stabilise")
 
 
+def measured(req: fnv1.RunFunctionRequest, required: list[dict] = ()) -> fnv1.RunFunctionResponse:
+    """Two reconciles of the same request: the first starts the smoke test and says so, the
+    one after it finished carries the verdict."""
+    started = fn.MEASUREMENTS.started
+    first = run(req, required)
+    assert fn.MEASUREMENTS.started == started + 1
+    measuring = gate(first)
+    assert measuring["state"] == "Measuring", measuring
+    assert condition(first).reason == "Measuring"
+    assert ttl_seconds(first) == fn.MEASURE_TTL_S
+    passed_on = xp.context(fnv1.RunFunctionRequest(context=first.context), fn.VERDICT_CONTEXT)
+    assert (passed_on or {}).get("revision") != measuring["revision"]  # no verdict yet
+    assert fn.MEASUREMENTS.wait(timeout=60)
+    return run(req, required)
+
+
+@pytest.fixture(autouse=True)
+def fresh_measurements() -> Iterator[None]:
+    fn.MEASUREMENTS.clear()
+    yield
+    fn.MEASUREMENTS.clear()
+
+
 def status(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
     return xp.to_dict(rsp.desired.composite.resource).get("status") or {}
 
@@ -205,7 +233,7 @@ def test_waits_for_a_desired_canary_replica_not_yet_observed(server: FakeServer)
 
 
 def test_ready_canary_and_fast_server_pass_into_status_and_context(server: FakeServer) -> None:
-    rsp = run(request(xr(), canary_at(server.url)))
+    rsp = measured(request(xr(), canary_at(server.url)))
     verdict = gate(rsp)
     assert verdict["verdict"] == "Pass"
     assert (verdict["revision"], verdict["state"]) == (CANARY, "Measured")
@@ -222,13 +250,13 @@ def test_ready_canary_and_fast_server_pass_into_status_and_context(server: FakeS
     assert [r["model"] for r in server.requests] == ["Qwen/Qwen3-8B"] * 3
     assert {r["max_tokens"] for r in server.requests} == {8}
     assert all(r["stream"] is True for r in server.requests)
-    assert ttl_seconds(rsp) == fn.WAIT_TTL_S
+    assert ttl_seconds(rsp) == fn.MEASURE_TTL_S  # the schedule step acts on it soon
 
 
 def test_slow_first_token_fails_with_the_figures() -> None:
     with serve_in_thread(Behaviour(ttft_ms=300, tpot_ms=0, tokens=4)) as slow:
         budgets = {"ttftBudgetMs": 100, "tpotBudgetMs": 1000}
-        rsp = run(request(xr(budgets), canary_at(slow.url)))
+        rsp = measured(request(xr(budgets), canary_at(slow.url)))
     verdict = gate(rsp)
     assert verdict["verdict"] == "Fail"
     assert verdict["ttftMs"]["p95"] >= 300  # the server never sends the first token sooner
@@ -241,7 +269,7 @@ def test_slow_first_token_fails_with_the_figures() -> None:
 
 
 def test_server_down_fails_closed(closed_url: str) -> None:
-    rsp = run(request(xr(), canary_at(closed_url)))
+    rsp = measured(request(xr(), canary_at(closed_url)))
     verdict = gate(rsp)
     assert verdict["verdict"] == "Fail"
     assert {p["outcome"] for p in verdict["prompts"]} == {"connect-error"}
@@ -254,7 +282,7 @@ def test_server_down_fails_closed(closed_url: str) -> None:
 @pytest.mark.parametrize("failure", ["http-500", "malformed", "no-done", "empty"])
 def test_a_broken_stream_fails_closed(failure: str) -> None:
     with serve_in_thread(Behaviour(tokens=4, failure=failure)) as broken:
-        rsp = run(request(xr(), canary_at(broken.url)))
+        rsp = measured(request(xr(), canary_at(broken.url)))
     assert gate(rsp)["verdict"] == "Fail"
     assert {p["outcome"] for p in gate(rsp)["prompts"]} != {"ok"}
 
@@ -264,7 +292,7 @@ def test_one_slow_endpoint_fails_the_canary(server: FakeServer) -> None:
     with serve_in_thread(Behaviour(ttft_ms=300, tokens=4)) as slow:
         observed.append(endpoint("qwen3-8b-222222-1", slow.url))
         budgets = {"ttftBudgetMs": 100, "tpotBudgetMs": 1000}
-        rsp = run(request(xr(budgets), observed))
+        rsp = measured(request(xr(budgets), observed))
     verdict = gate(rsp)
     assert verdict["verdict"] == "Fail"
     assert verdict["reason"].startswith("endpoint qwen3-8b-222222-1: ")
@@ -275,7 +303,7 @@ def test_one_slow_endpoint_fails_the_canary(server: FakeServer) -> None:
 def test_two_fast_endpoints_pool_their_prompts(server: FakeServer) -> None:
     observed = [*canary_at(server.url), replica("qwen3-8b-222222-1")]
     observed.append(endpoint("qwen3-8b-222222-1", server.url + "/v1"))
-    verdict = gate(run(request(xr(), observed)))
+    verdict = gate(measured(request(xr(), observed)))
     assert verdict["verdict"] == "Pass"
     assert [p["index"] for p in verdict["prompts"]] == list(range(6))
     assert len(server.requests) == 6
@@ -291,7 +319,7 @@ def test_api_key_from_the_secret_is_sent_and_never_written() -> None:
     with serve_in_thread(Behaviour(tokens=4, api_key=API_KEY)) as guarded:
         observed = canary_at(guarded.url)
         observed[-1]["spec"]["auth"] = {"secretRef": {"name": "canary-key", "key": "token"}}
-        rsp = run(request(xr(), observed), required=[secret])
+        rsp = measured(request(xr(), observed), required=[secret])
         authorizations = list(guarded.authorizations)
     assert gate(rsp)["verdict"] == "Pass"
     assert authorizations == [f"Bearer {API_KEY}"] * 3
@@ -318,7 +346,7 @@ def test_a_missing_api_key_secret_is_waited_for(server: FakeServer) -> None:
 def test_endpoint_model_overrides_the_engine_args(server: FakeServer) -> None:
     observed = canary_at(server.url)
     observed[-1]["spec"]["model"] = "qwen3-canary"
-    assert gate(run(request(xr(), observed)))["verdict"] == "Pass"
+    assert gate(measured(request(xr(), observed)))["verdict"] == "Pass"
     assert {r["model"] for r in server.requests} == {"qwen3-canary"}
 
 
@@ -332,6 +360,115 @@ def test_unknown_model_name_fails_without_measuring(server: FakeServer) -> None:
     assert verdict["verdict"] == "Fail"
     assert "cannot tell the model name" in verdict["reason"]
     assert server.requests == []
+
+
+# --- the smoke test spans reconciles -----------------------------------------------------------
+
+
+def in_run(composite: dict[str, Any], run_id: str) -> dict[str, Any]:
+    composite["spec"]["canary"]["runId"] = run_id
+    return composite
+
+
+def test_a_lost_response_does_not_cause_a_second_measurement(server: FakeServer) -> None:
+    """The call that carried the verdict was never applied: the XR still says Measuring."""
+    req = request(xr(), canary_at(server.url))
+    verdict = gate(measured(req))
+    again = run(req)  # the same observed state as before
+    assert gate(again) == verdict
+    assert fn.MEASUREMENTS.started == 1
+    assert len(server.requests) == 3
+
+
+def test_once_the_status_holds_the_verdict_the_cache_lets_it_go(server: FakeServer) -> None:
+    req = request(xr(), canary_at(server.url))
+    verdict = gate(measured(req))
+    observed_status = {
+        "revisions": {"stable": STABLE, "canary": CANARY},
+        "canary": {"gate": verdict},
+    }
+    carried = run(request(xr(status=observed_status), canary_at(server.url)))
+    assert gate(carried) == verdict
+    # a fresh process (or a cache that forgot) with the verdict in status: still no measurement
+    fn.MEASUREMENTS.clear()
+    assert gate(run(request(xr(status=observed_status), canary_at(server.url)))) == verdict
+    assert fn.MEASUREMENTS.started == 0
+    assert len(server.requests) == 3
+
+
+def test_a_restart_mid_measurement_measures_again() -> None:
+    with serve_in_thread(Behaviour(ttft_ms=200, tokens=4)) as slow:
+        req = request(xr(), canary_at(slow.url))
+        assert gate(run(req))["state"] == "Measuring"
+        fn.MEASUREMENTS.clear()  # the function process restarted: no verdict was recorded
+        verdict = gate(measured(req))
+    assert verdict["verdict"] == "Pass"
+    assert fn.MEASUREMENTS.started == 1  # since the restart
+
+
+def test_a_new_run_cancels_the_measurement_of_the_old_one() -> None:
+    """The seed's update: cancel the running workflow, start a fresh one."""
+    with serve_in_thread(Behaviour(ttft_ms=300, tokens=4)) as slow:
+        old = run(request(in_run(xr(), "r-1111111111"), canary_at(slow.url)))
+        assert (gate(old)["state"], gate(old)["run"]) == ("Measuring", "r-1111111111")
+        rsp = measured(request(in_run(xr(), "r-2222222222"), canary_at(slow.url)))
+        assert fn.MEASUREMENTS.running() == []
+    verdict = gate(rsp)
+    assert (verdict["verdict"], verdict["run"], verdict["revision"]) == (
+        "Pass",
+        "r-2222222222",
+        CANARY,
+    )
+
+
+def test_a_verdict_of_another_run_is_not_carried(server: FakeServer) -> None:
+    observed_status = {
+        "revisions": {"stable": STABLE, "canary": CANARY},
+        "canary": {"gate": OBSERVED_PASS | {"run": "r-1111111111"}},
+    }
+    rsp = measured(
+        request(in_run(xr(status=observed_status), "r-2222222222"), canary_at(server.url))
+    )
+    assert gate(rsp)["run"] == "r-2222222222"
+    assert len(server.requests) == 3
+
+
+def test_measurements_keep_a_bounded_number_of_verdicts_and_fail_closed_on_errors() -> None:
+    measurements = inflight.Measurements(keep=2)
+
+    def failed(reason: str) -> dict[str, Any]:
+        return {"verdict": "Fail", "reason": reason}
+
+    async def passes() -> dict[str, Any]:
+        return {"verdict": "Pass"}
+
+    async def breaks() -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    keys = [inflight.Key("uid", f"rev{i}", None) for i in range(3)]
+    for key in keys:
+        assert measurements.poll(key, passes, failed) is None
+        assert measurements.wait(timeout=10)
+        assert measurements.poll(key, passes, failed) == {"verdict": "Pass"}
+    assert measurements.started == 3
+    # the oldest verdict was let go: asking again starts a measurement
+    assert measurements.poll(keys[0], passes, failed) is None
+    assert measurements.poll(keys[2], passes, failed) == {"verdict": "Pass"}
+    broken = inflight.Key("other", "rev", "r-1")
+    assert measurements.poll(broken, breaks, failed) is None
+    assert measurements.wait(timeout=10)
+    assert measurements.poll(broken, breaks, failed) == {
+        "verdict": "Fail",
+        "reason": "the smoke test could not run (RuntimeError)",
+    }
+
+
+def test_rendering_the_examples_never_starts_a_measurement() -> None:
+    """`make preview` is deterministic and sends no request: no example has a ready canary
+    endpoint without a verdict."""
+    for folder in render.scenario_folders(REPO / "examples"):
+        render.render(render.load_scenario(folder), tree=True)
+    assert fn.MEASUREMENTS.started == 0
 
 
 # --- carry, context, status merge -----------------------------------------------------------
@@ -375,7 +512,7 @@ def test_verdict_in_the_context_is_honoured(closed_url: str) -> None:
 
 def test_verdict_for_another_revision_is_not_carried(server: FakeServer) -> None:
     stale = OBSERVED_PASS | {"revision": "3333333333", "verdict": "Fail"}
-    rsp = run(request(xr(), canary_at(server.url), context={fn.VERDICT_CONTEXT: stale}))
+    rsp = measured(request(xr(), canary_at(server.url), context={fn.VERDICT_CONTEXT: stale}))
     assert gate(rsp)["verdict"] == "Pass"
     assert gate(rsp)["revision"] == CANARY
     assert len(server.requests) == 3
@@ -388,7 +525,7 @@ def test_status_the_schedule_step_wrote_is_kept(server: FakeServer) -> None:
         "revisions": {"stable": STABLE, "canary": CANARY},
         "canary": {"revision": CANARY, "trafficPercent": 25, "replicas": 1},
     }
-    rsp = run(request(xr(), canary_at(server.url), desired_status=copy.deepcopy(previous)))
+    rsp = measured(request(xr(), canary_at(server.url), desired_status=copy.deepcopy(previous)))
     out = status(rsp)
     assert {k: v for k, v in out.items() if k != "canary"} == {
         k: v for k, v in previous.items() if k != "canary"
@@ -457,7 +594,7 @@ def test_served_model_skips_workers_and_reads_shell_commands() -> None:
 
 
 def test_the_status_is_json_serialisable(server: FakeServer) -> None:
-    json.dumps(status(run(request(xr(), canary_at(server.url)))))
+    json.dumps(status(measured(request(xr(), canary_at(server.url)))))
 
 
 # --- both steps of the ModelDeployment pipeline ------------------------------------------
@@ -508,8 +645,14 @@ def test_pipeline_measures_a_ready_canary_and_the_schedule_step_promotes_it() ->
         for obj in observed:
             if obj["kind"] == "ModelEndpoint" and canary.revision_of(obj) == revision:
                 obj["spec"]["url"] = server.url
-        measured = reconcile(next_xr(changed, starting), observed)
+        measuring = reconcile(next_xr(changed, starting), observed)
+        assert measuring.xr["status"]["canary"]["gate"]["state"] == "Measuring"
+        assert conditions_of(measuring)["CanaryGate"] == ("Unknown", "Measuring")
+        assert conditions_of(measuring)["Canary"] == ("False", "AwaitingVerdict")
+        assert fn.MEASUREMENTS.wait(timeout=60)
         assert len(server.requests) == 3
+        measured = reconcile(next_xr(changed, measuring), observed)
+        assert len(server.requests) == 3  # the verdict is collected, not measured again
     gate_status = measured.xr["status"]["canary"]
     assert (gate_status["gate"]["verdict"], gate_status["gate"]["revision"]) == ("Pass", revision)
     assert (gate_status["revision"], gate_status["trafficPercent"]) == (revision, 10)
@@ -526,6 +669,79 @@ def test_pipeline_measures_a_ready_canary_and_the_schedule_step_promotes_it() ->
     assert len(replicas) == 3
 
 
+def test_a_first_rollout_is_measured_before_it_takes_any_traffic() -> None:
+    """Reconciles of a new ModelDeployment with a canary block, each feeding the last status
+    back: Waiting, Measuring (a later call), the verdict, then promotion to stable."""
+    base = render.load_scenario(REPO / "examples" / "deploy-qwen3-8b")
+    composite = copy.deepcopy(base.xr)
+    composite["spec"]["canary"] = {"smokeTest": {"prompts": 3, "maxTokens": 8, **GENEROUS}}
+
+    def reconcile(xr_now: dict[str, Any], observed: list[dict[str, Any]]) -> render.Rendered:
+        return render.render(render.Scenario(xr_now, base.required, observed, base.path))
+
+    starting = reconcile(composite, [])
+    revision = starting.xr["status"]["revisions"]["canary"]
+    assert starting.xr["status"]["revisions"] == {"canary": revision}
+    assert starting.xr["status"]["canary"]["trafficPercent"] == 0
+    assert starting.xr["status"]["canary"]["replicas"] == 3  # all of them, none serving
+    assert conditions_of(starting)["Ready"][0] == "False"
+    observed = as_observed(starting)
+    with serve_in_thread(FAST) as server:
+        for obj in observed:
+            if obj["kind"] == "ModelEndpoint":
+                obj["spec"]["url"] = server.url
+        measuring = reconcile(next_xr(composite, starting), observed)
+        assert measuring.xr["status"]["canary"]["gate"]["state"] == "Measuring"
+        assert measuring.xr["status"]["canary"]["gate"]["endpoints"] == sorted(
+            o["metadata"]["name"] for o in observed if o["kind"] == "ModelEndpoint"
+        )
+        assert fn.MEASUREMENTS.wait(timeout=60)
+        measured = reconcile(next_xr(composite, measuring), observed)
+        assert len(server.requests) == 3 * 3  # every endpoint, once
+    assert measured.xr["status"]["canary"]["gate"]["verdict"] == "Pass"
+    assert conditions_of(measured)["Ready"][0] == "False"  # not until the schedule step acts
+    promoted = reconcile(next_xr(composite, measured), observed)
+    assert promoted.xr["status"]["revisions"] == {"stable": revision}
+    assert conditions_of(promoted)["Canary"] == ("True", "Promoted")
+    assert conditions_of(promoted)["Ready"][0] == "True"
+    replicas = sorted(
+        o["metadata"]["name"] for o in promoted.composed if o["kind"] == "ModelReplica"
+    )
+    assert replicas == sorted(
+        o["metadata"]["name"] for o in starting.composed if o["kind"] == "ModelReplica"
+    )  # the tested replicas are the ones that serve
+
+
+def test_a_first_rollout_that_fails_is_removed_and_never_served(closed_url: str) -> None:
+    base = render.load_scenario(REPO / "examples" / "deploy-qwen3-8b")
+    composite = copy.deepcopy(base.xr)
+    composite["spec"]["canary"] = {"smokeTest": {"prompts": 2, **GENEROUS}}
+
+    def reconcile(xr_now: dict[str, Any], observed: list[dict[str, Any]]) -> render.Rendered:
+        return render.render(render.Scenario(xr_now, base.required, observed, base.path))
+
+    starting = reconcile(composite, [])
+    observed = as_observed(starting)
+    for obj in observed:
+        if obj["kind"] == "ModelEndpoint":
+            obj["spec"]["url"] = closed_url
+    measuring = reconcile(next_xr(composite, starting), observed)
+    assert fn.MEASUREMENTS.wait(timeout=60)
+    measured = reconcile(next_xr(composite, measuring), observed)
+    assert measured.xr["status"]["canary"]["gate"]["verdict"] == "Fail"
+    failed = reconcile(next_xr(composite, measured), observed)
+    assert failed.composed == []  # its replicas go: nothing was ever serving
+    assert failed.xr["status"]["revisions"] == {}
+    assert conditions_of(failed)["Canary"] == ("False", "Failed")
+    assert conditions_of(failed)["ReplicasScheduled"] == ("False", "GateFailed")
+    assert conditions_of(failed)["Ready"][0] == "False"
+    message = {c["type"]: c for c in failed.xr["status"]["conditions"]}["Canary"]["message"]
+    assert "never took traffic" in message and "connect" in message
+    again = reconcile(next_xr(composite, failed), [])  # the verdict is kept: no new attempt
+    assert again.composed == []
+    assert fn.MEASUREMENTS.started == 1
+
+
 def test_a_request_without_a_composite_is_invalid_input() -> None:
     rsp = runtime.call_sync(fn.run_function, fnv1.RunFunctionRequest(), "function-canary-gate")
     assert [(r.severity, r.message) for r in rsp.results] == [
@@ -533,9 +749,21 @@ def test_a_request_without_a_composite_is_invalid_input() -> None:
     ]
 
 
-def test_served_over_grpc_with_concurrent_calls(server: FakeServer) -> None:
-    """`plnt function function-canary-gate` measures inside its asyncio gRPC server, one call
-    beside another."""
+def _until_verdict(stub: grpcv1.FunctionRunnerServiceStub, req: fnv1.RunFunctionRequest):
+    """Calls again, as Crossplane does at the response TTL, until the verdict lands (bounded
+    in count and time)."""
+    for _ in range(300):
+        rsp = stub.RunFunction(req, timeout=60)
+        if "verdict" in gate(rsp):
+            return rsp
+        assert gate(rsp)["state"] == "Measuring"
+        time.sleep(0.1)
+    raise AssertionError("no verdict after 300 calls")
+
+
+def test_served_over_grpc_concurrent_calls_share_one_measurement(server: FakeServer) -> None:
+    """`plnt function function-canary-gate` measures in its own process: concurrent calls for
+    one XR, revision and run share a measurement; another XR's runs beside it."""
     slow_budgets = {"ttftBudgetMs": 100, "tpotBudgetMs": 1000}
     with (
         serve_in_thread(Behaviour(ttft_ms=300, tokens=4)) as slow,
@@ -543,15 +771,22 @@ def test_served_over_grpc_with_concurrent_calls(server: FakeServer) -> None:
         grpc.insecure_channel(address) as channel,
     ):
         stub = grpcv1.FunctionRunnerServiceStub(channel)
-        calls = [
-            stub.RunFunction.future(request(xr(slow_budgets), canary_at(slow.url)), timeout=60),
-            stub.RunFunction.future(request(xr(), canary_at(server.url)), timeout=60),
-        ]
-        failing, passing = (call.result() for call in calls)
+        fast_req = request(xr(), canary_at(server.url))
+        other = xr(slow_budgets)
+        other["metadata"]["name"] = "qwen3-8b-other"
+        slow_req = request(other, canary_at(slow.url))
+        calls = [stub.RunFunction.future(fast_req, timeout=60) for _ in range(4)]
+        calls.append(stub.RunFunction.future(slow_req, timeout=60))
+        first = [call.result() for call in calls]
+        assert {gate(r)["state"] for r in first} == {"Measuring"}
+        passing, failing = _until_verdict(stub, fast_req), _until_verdict(stub, slow_req)
+        # once collected the verdict stays: a lost response does not cause a re-measure
+        assert gate(_until_verdict(stub, fast_req)) == gate(passing)
+        requests_seen = len(server.requests)
     assert gate(failing)["verdict"] == "Fail"
     assert "> budget 100 ms" in gate(failing)["reason"]
     assert gate(passing)["verdict"] == "Pass"
-    assert len(server.requests) == 3
+    assert requests_seen == 3  # four concurrent calls, one smoke test of three prompts
 
 
 # --- the canary examples ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import yaml
 
 from functions.model_deployment import revisions
 from plnt import render
@@ -258,3 +259,122 @@ def test_a_canary_pulling_weights_does_not_make_replicas_ready_say_so(stable) ->
     ready = condition(run(xr, observed), "ReplicasReady")
     assert ready["reason"] == "PullingWeights"
     assert ready["message"] == f"3 of 4 replicas ready; pulling weights: {waiting}"
+
+
+def test_traffic_percent_defaults_to_five_in_xrd_and_model() -> None:
+    xrd = yaml.safe_load((render.REPO_ROOT / "apis/modeldeployments/definition.yaml").read_text())
+    canary = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["canary"]
+    assert canary["properties"]["trafficPercent"]["default"] == 5
+    assert "required" not in canary
+    spec = ModelDeploymentSpec.model_validate(
+        {"engines": deployment()["spec"]["engines"], "canary": {}}
+    )
+    assert spec.canary is not None and spec.canary.traffic_percent == 5
+
+
+def _gate(verdict: str, rev: str, run_id: str | None = None) -> dict[str, Any]:
+    out = {"verdict": verdict, "revision": rev, **GATE_FIGURES}
+    return out | ({"run": run_id} if run_id else {})
+
+
+def _spec(run_id: str | None = None, replicas: int = 4) -> ModelDeploymentSpec:
+    xr = deployment(replicas)
+    if run_id:
+        xr["spec"]["canary"]["runId"] = run_id
+    return ModelDeploymentSpec.model_validate(xr["spec"])
+
+
+PLAN_CASES = [
+    # (name, run, status, observed revisions, want (stable, canary, targets, outcome, mode))
+    ("first rollout", None, {}, {}, (None, "B", {"B": 4}, "AwaitingVerdict", "first rollout")),
+    (
+        "first rollout passed",
+        None,
+        {"revisions": {"canary": "B"}, "canary": {"gate": _gate("Pass", "B")}},
+        {"B": 4},
+        ("B", None, {"B": 4}, "Promoted", "first rollout"),
+    ),
+    (
+        "first rollout failed",
+        None,
+        {"revisions": {"canary": "B"}, "canary": {"gate": _gate("Fail", "B")}},
+        {"B": 4},
+        (None, None, {}, "Failed", "first rollout"),
+    ),
+    (
+        "restored without status: the current revision is tested again",
+        None,
+        {},
+        {"B": 4},
+        (None, "B", {"B": 4}, "AwaitingVerdict", "first rollout"),
+    ),
+    (
+        "restored without status: another running revision is stable",
+        None,
+        {},
+        {"A": 4},
+        ("A", "B", {"A": 4, "B": 1}, "AwaitingVerdict", "canary"),
+    ),
+    (
+        "the stable revision's replicas are gone: tested like a first rollout",
+        None,
+        {"revisions": {"stable": "A"}},
+        {},
+        (None, "B", {"B": 4}, "AwaitingVerdict", "first rollout"),
+    ),
+    (
+        "steady without a run",
+        None,
+        {"revisions": {"stable": "B"}},
+        {"B": 4},
+        ("B", None, {"B": 4}, None, None),
+    ),
+    (
+        "a new run re-tests the stable revision in place",
+        "r2",
+        {"revisions": {"stable": "B"}, "canary": {"gate": _gate("Pass", "B", "r1")}},
+        {"B": 4},
+        ("B", "B", {"B": 4}, "AwaitingVerdict", "in place"),
+    ),
+    (
+        "passed in this run: steady",
+        "r2",
+        {"revisions": {"stable": "B"}, "canary": {"gate": _gate("Pass", "B", "r2")}},
+        {"B": 4},
+        ("B", None, {"B": 4}, None, None),
+    ),
+    (
+        "failed in place: keeps serving",
+        "r2",
+        {"revisions": {"stable": "B", "canary": "B"}, "canary": {"gate": _gate("Fail", "B", "r2")}},
+        {"B": 4},
+        ("B", None, {"B": 4}, "Failed", "in place"),
+    ),
+    (
+        "a rolled back revision is tried again in a new run",
+        "r3",
+        {"revisions": {"stable": "A"}, "canary": {"gate": _gate("Fail", "B", "r2")}},
+        {"A": 4},
+        ("A", "B", {"A": 4, "B": 1}, "AwaitingVerdict", "canary"),
+    ),
+    (
+        "but not in the same run",
+        "r2",
+        {"revisions": {"stable": "A"}, "canary": {"gate": _gate("Fail", "B", "r2")}},
+        {"A": 4},
+        ("A", None, {"A": 4}, "RolledBack", None),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("run_id", "status", "observed", "want"),
+    [c[1:] for c in PLAN_CASES],
+    ids=[c[0] for c in PLAN_CASES],
+)
+def test_plan(run_id, status, observed, want) -> None:
+    got = revisions.plan(_spec(run_id), "B", status, Counter(observed))
+    assert (got.stable, got.canary, dict(got.targets), got.outcome, got.mode) == want
+    assert got.run == run_id

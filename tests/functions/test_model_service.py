@@ -138,6 +138,29 @@ def test_without_a_deployment_its_canary_endpoints_count_as_stable() -> None:
     assert sum(got.values()) == 1000
 
 
+def test_a_deployment_without_a_stable_revision_gets_no_traffic() -> None:
+    """Its first revision is being smoke-tested (or failed): nothing it runs has passed the
+    latency gate, so its endpoints are held and the other group takes everything."""
+    required = copy.deepcopy(SCENARIO.required)
+    (deployment,) = [o for o in required if o["kind"] == "ModelDeployment"]
+    deployment["status"]["revisions"] = {"canary": deployment["status"]["revisions"]["canary"]}
+    out = run(SCENARIO.xr, required)
+    assert weights_of(out) == {"hosted-qwen3-8b": 1000}
+    assert not [n for n in out.desired if n.startswith("ep-qwen3-8b-qwen3-8b-")]  # no backends
+
+    # with only the deployment selected, nothing is routed, and the condition says why
+    alone = copy.deepcopy(SCENARIO.xr)
+    alone["spec"]["endpoints"] = alone["spec"]["endpoints"][:1]
+    out = run(alone, required)
+    assert out.status["weights"] == []
+    cond = out.conditions["Routed"]
+    assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, "NoEndpoints")
+    assert cond.message == (
+        "3 endpoint(s) of a first rollout wait for the latency gate (qwen3-8b-coreweave-h100-0, "
+        "qwen3-8b-coreweave-h100-1, qwen3-8b-lab-l4-0); the route answers 503"
+    )
+
+
 def test_a_degraded_replicas_endpoint_is_absent_and_its_share_moves() -> None:
     required = [o for o in SCENARIO.required if o["metadata"]["name"] != "qwen3-8b-lab-l4-0"]
     got = weights_of(run(SCENARIO.xr, required))

@@ -18,6 +18,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.workflow_run import fn, gpu_classes, phases, presets
 from plnt import cel, render, runtime, xp
+from plnt.models import workflow_run
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((REPO / "examples/workflowrun-llama-70b/xr.yaml").read_text())
@@ -59,9 +60,33 @@ def status(rsp: fnv1.RunFunctionResponse) -> dict:
     return xp.to_dict(rsp.desired.composite.resource).get("status", {})
 
 
-def fatal(rsp: fnv1.RunFunctionResponse) -> str:
-    (msg,) = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+def refusal(rsp: fnv1.RunFunctionResponse) -> str:
+    """The Warning an invalid spec gets: never a Fatal (Crossplane would drop the status)."""
+    assert [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL] == []
+    (msg,) = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+    assert status(rsp)["phase"] == "Failed"
     return msg
+
+
+FLEET = [
+    doc
+    for path in sorted((REPO / "examples/fleet").glob("classes-*.yaml"))
+    for doc in render.load_yaml_docs(path)
+]
+
+
+def run_with_fleet(
+    xr: dict, fleet: list[dict], observed: dict[str, dict] | None = None
+) -> fnv1.RunFunctionResponse:
+    """The function with its InferenceClass requirement answered from `fleet`."""
+    seen = []
+    for name, obj in (observed or {}).items():
+        named = copy.deepcopy(obj)
+        named.setdefault("metadata", {}).setdefault("annotations", {})[
+            xp.COMPOSITION_RESOURCE_NAME
+        ] = name
+        seen.append(named)
+    return render.call_function(fn.run_function, xr, fleet, seen, "function-workflow-run")
 
 
 def engine_of(rsp: fnv1.RunFunctionResponse) -> dict:
@@ -95,6 +120,7 @@ def test_seed_example_composes_a_deployment_and_a_service() -> None:
     }
     assert spec["canary"] == {
         "trafficPercent": 5,
+        "runId": status(rsp)["workflowRunId"],
         "smokeTest": {"prompts": 10, "ttftBudgetMs": 250, "tpotBudgetMs": 40},
     }
     (engine,) = spec["engines"]
@@ -239,16 +265,18 @@ def test_quantization_becomes_the_runtimes_own_flag(pair, flags) -> None:
 
 def test_a_pair_the_runtime_cannot_serve_fails_naming_both() -> None:
     rsp = run(seed(runtime="trt-llm", model__quantization="gptq-4bit"))
-    message = fatal(rsp)
+    message = refusal(rsp)
     assert "spec.model.quantization" in message
     assert "trt-llm" in message
     assert "gptq-4bit" in message
-    assert not rsp.desired.resources
-    assert status(rsp)["phase"] == "Failed"
+    assert not rsp.desired.resources  # nothing was composed before: nothing to carry
     (valid,) = [c for c in rsp.conditions if c.type == "Valid"]
     assert valid.status == fnv1.STATUS_CONDITION_FALSE
     assert valid.reason == "InvalidSpec"
     assert "gptq-4bit" in valid.message
+    (serving,) = [c for c in rsp.conditions if c.type == "Serving"]
+    assert (serving.status, serving.reason) == (fnv1.STATUS_CONDITION_FALSE, "Failed")
+    assert "gptq-4bit" in serving.message
 
 
 def test_the_xrd_refuses_exactly_the_pairs_the_presets_cannot_serve() -> None:
@@ -265,6 +293,23 @@ def test_the_xrd_refuses_exactly_the_pairs_the_presets_cannot_serve() -> None:
     assert sorted(props["runtime"]["enum"]) == sorted(presets.PRESETS)
     every = {q for p in presets.PRESETS.values() for q in p.quantization_args}
     assert set(props["model"]["properties"]["quantization"]["enum"]) == every
+
+
+def test_traffic_percent_defaults_to_the_seeds_five_in_xrd_and_model() -> None:
+    canary = XRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["canary"]["properties"]
+    assert canary["trafficPercent"]["default"] == 5
+    assert (
+        workflow_run.WorkflowRunSpec.model_validate(
+            {"model": {"name": "m"}, "resources": {"gpuClass": "nvidia.com/l4"}}
+        ).canary.traffic_percent
+        == 5
+    )
+    xr = seed()
+    del xr["spec"]["canary"]
+    canary_block = desired(run(xr))["model-deployment"]["spec"]["canary"]
+    assert canary_block["trafficPercent"] == 5
 
 
 # --- GPU classes ----------------------------------------------------------------------------
@@ -287,18 +332,31 @@ def test_each_gpu_class_selects_exactly_its_gpu(product: str) -> None:
         "driver": "gpu.nvidia.com",
         "attributes": {"productName": {"string": product}},
     }
-    chosen = [c for c, expr in gpu_classes.GPU_CLASSES.items() if cel.evaluate(expr, device)]
+    chosen = [c for c, expr in gpu_classes.BUILT_IN.items() if cel.evaluate(expr, device)]
     assert chosen == [PRODUCTS[product]]
 
 
-def test_the_xrd_enum_lists_the_mapped_gpu_classes() -> None:
+def test_the_xrd_takes_any_vendor_class_name_not_a_closed_list() -> None:
     props = XRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
         "properties"
     ]
-    assert props["resources"]["properties"]["gpuClass"]["enum"] == list(gpu_classes.GPU_CLASSES)
+    gpu_class = props["resources"]["properties"]["gpuClass"]
+    assert "enum" not in gpu_class
+    assert gpu_class["pattern"] == workflow_run.GPU_CLASS_PATTERN
+    assert gpu_class["maxLength"] == workflow_run.GPU_CLASS_MAX_LENGTH
+    for name in [*gpu_classes.BUILT_IN, "amd.com/mi300x", "nvidia.com/gb300"]:
+        assert re.fullmatch(gpu_class["pattern"], name), name
+    for name in ["H100", "nvidia.com/", "/h100", "nvidia.com/H100", "nvidia.com/h100/x"]:
+        assert not re.fullmatch(gpu_class["pattern"], name), name
+    # what an InferenceClass device may declare is the same shape
+    classes = yaml.safe_load((REPO / "apis/inferenceclasses/definition.yaml").read_text())
+    device = classes["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["devices"]["items"]["properties"]["gpuClass"]
+    assert (device["pattern"], device["maxLength"]) == (gpu_class["pattern"], 63)
 
 
-@pytest.mark.parametrize("gpu_class", list(gpu_classes.GPU_CLASSES))
+@pytest.mark.parametrize("gpu_class", list(gpu_classes.BUILT_IN))
 def test_gpu_class_becomes_the_device_request_cel(gpu_class: str) -> None:
     (device,) = engine_of(run(seed(resources__gpuClass=gpu_class, resources__gpu=4)))["members"][0][
         "nodeSelector"
@@ -306,16 +364,152 @@ def test_gpu_class_becomes_the_device_request_cel(gpu_class: str) -> None:
     assert device == {
         "name": "gpu",
         "count": 4,
-        "selectors": [{"cel": gpu_classes.GPU_CLASSES[gpu_class]}],
+        "selectors": [{"cel": gpu_classes.BUILT_IN[gpu_class]}],
     }
 
 
-def test_an_unknown_gpu_class_fails_listing_the_known_ones() -> None:
-    message = fatal(run(seed(resources__gpuClass="nvidia.com/v100")))
-    assert "spec.resources.gpuClass" in message
-    assert "nvidia.com/v100" in message
-    for known in gpu_classes.GPU_CLASSES:
-        assert known in message
+def test_an_unknown_gpu_class_is_refused_listing_what_the_fleet_offers() -> None:
+    message = refusal(run_with_fleet(seed(resources__gpuClass="amd.com/mi300x"), FLEET))
+    assert message == (
+        "invalid spec: spec.resources.gpuClass: unknown gpuClass 'amd.com/mi300x': the fleet "
+        "offers nvidia.com/h100, nvidia.com/l4, nvidia.com/l40s; a platform team offers "
+        "another by setting gpuClass on an InferenceClass device"
+    )
+    assert "none (no InferenceClass has a GPU device)" in refusal(
+        run_with_fleet(seed(resources__gpuClass="amd.com/mi300x"), [])
+    )
+
+
+MI300X = {
+    "apiVersion": "modelplane.ai/v1alpha1",
+    "kind": "InferenceClass",
+    "metadata": {"name": "amd-mi300x-8x"},
+    "spec": {
+        "devices": [
+            {
+                "name": "gpu",
+                "driver": "gpu.amd.com",
+                "deviceClassName": "gpu.amd.com",
+                "count": 8,
+                "gpuClass": "amd.com/mi300x",
+                "attributes": {"productName": {"string": "AMD Instinct MI300X"}},
+            }
+        ]
+    },
+}
+
+
+def test_a_class_an_inference_class_declares_resolves_to_its_device() -> None:
+    """A GPU plnt has no table entry for, offered by the platform team with no plnt release."""
+    rsp = run_with_fleet(seed(resources__gpuClass="amd.com/mi300x"), [*FLEET, MI300X])
+    assert not rsp.results
+    (device,) = engine_of(rsp)["members"][0]["nodeSelector"]["devices"]
+    (selector,) = device["selectors"]
+    assert selector["cel"] == (
+        'device.driver == "gpu.amd.com" && '
+        'device.attributes["gpu.amd.com"].productName == "AMD Instinct MI300X"'
+    )
+    amd = {**MI300X["spec"]["devices"][0]}
+    assert cel.evaluate(selector["cel"], amd)
+    for inference_class in FLEET:
+        for other in inference_class["spec"]["devices"]:
+            assert not cel.evaluate(selector["cel"], other), inference_class["metadata"]["name"]
+    # and it is listed with the others when a class is unknown
+    message = refusal(run_with_fleet(seed(resources__gpuClass="nvidia.com/v100"), [MI300X]))
+    assert "the fleet offers amd.com/mi300x;" in message
+
+
+def test_a_declared_class_overrides_the_table_and_two_declarations_are_ored() -> None:
+    h100 = copy.deepcopy(next(c for c in FLEET if c["metadata"]["name"] == "nvidia-h100-8x"))
+    h100["spec"]["devices"][0]["gpuClass"] = "nvidia.com/h100"
+    h100_pcie = copy.deepcopy(h100)
+    h100_pcie["metadata"]["name"] = "nvidia-h100-pcie"
+    h100_pcie["spec"]["devices"][0]["attributes"]["productName"]["string"] = "NVIDIA H100 PCIe"
+    gpus = gpu_classes.fleet_gpus([h100, h100_pcie])
+    want = (
+        '(device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].productName'
+        ' == "NVIDIA H100 80GB HBM3") || (device.driver == "gpu.nvidia.com" && '
+        'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 PCIe")'
+    )
+    assert gpu_classes.selector_for("nvidia.com/h100", gpus) == want
+    for device in (h100["spec"]["devices"][0], h100_pcie["spec"]["devices"][0]):
+        assert cel.evaluate(want, device)
+    # an undeclared built-in class still resolves through the table
+    assert (
+        gpu_classes.selector_for("nvidia.com/b200", gpus) == gpu_classes.BUILT_IN["nvidia.com/b200"]
+    )
+
+
+def test_odd_inference_classes_never_break_resolution() -> None:
+    odd = [
+        {"metadata": {"name": "x"}, "spec": {"devices": ["not a device", {"driver": 7}]}},
+        {"spec": None},
+        {"metadata": {"name": "cpu"}, "spec": {"devices": [{"driver": "cpu.modelplane.ai"}]}},
+        {"metadata": {"name": "q"}, "spec": {"devices": [{"driver": 'gpu."x', "gpuClass": "a/b"}]}},
+    ]
+    gpus = gpu_classes.fleet_gpus(odd)
+    assert [g.inference_class for g in gpus] == ["q"]
+    assert gpu_classes.offered(gpus) == ["a/b"]
+    assert cel.compile(gpu_classes.selector_for("a/b", gpus))  # the quote is escaped
+
+
+def test_an_invalid_update_to_a_running_run_loses_nothing() -> None:
+    """Crossplane deletes composed resources a non-Fatal response leaves out, and drops the
+    status of a Fatal one: an invalid update composes exactly what is observed and says
+    Failed, while the previous spec keeps serving."""
+    scenario = render.load_scenario(REPO / "examples/workflowrun-invalid-update")
+    out = render.render(scenario)
+    st = out.xr["status"]
+    assert (st["phase"], st["observedGeneration"]) == ("Failed", 2)
+    assert st["endpoint"] == "http://203.0.113.50/default/llama-3.1-70b-instruct"
+    assert [r["severity"] for r in out.results] == ["SEVERITY_WARNING"]
+    assert "unknown gpuClass 'amd.com/mi300x'" in out.results[0]["message"]
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert (conds["Valid"]["status"], conds["Valid"]["reason"]) == ("False", "InvalidSpec")
+    assert conds["Valid"]["message"].startswith("spec.resources.gpuClass: ")
+    assert conds["Ready"]["status"] == "True"  # still serving
+    observed = {
+        o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]: o for o in scenario.observed
+    }
+    composed = {o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]: o for o in out.composed}
+    assert sorted(composed) == sorted(observed) == ["model-deployment", "model-service"]
+    for name, obj in composed.items():
+        seen = observed[name]
+        assert obj["spec"] == seen["spec"], name
+        assert (obj["apiVersion"], obj["kind"]) == (seen["apiVersion"], seen["kind"])
+        assert obj["metadata"]["labels"] == seen["metadata"]["labels"]
+        assert obj["metadata"]["annotations"] == seen["metadata"]["annotations"]
+        assert "status" not in obj and "uid" not in obj["metadata"]
+
+
+def test_carried_keeps_what_the_function_owns_and_nothing_the_server_does() -> None:
+    observed = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {
+            "name": "m",
+            "namespace": "default",
+            "uid": "u",
+            "resourceVersion": "7",
+            "generation": 3,
+            "managedFields": [{"manager": "crossplane"}],
+            "ownerReferences": [{"kind": "WorkflowRun", "name": "m"}],
+            "labels": {"crossplane.io/composite": "m", "plnt.work/workflowrun": "m"},
+            "annotations": {xp.COMPOSITION_RESOURCE_NAME: "model-service", "a": "b"},
+        },
+        "spec": {"endpoints": []},
+        "status": {"url": "http://x"},
+    }
+    assert fn.carried(observed) == {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {
+            "name": "m",
+            "labels": {"plnt.work/workflowrun": "m"},
+            "annotations": {"a": "b"},
+        },
+        "spec": {"endpoints": []},
+    }
 
 
 # --- weights, replicas, identity -------------------------------------------------------------
@@ -440,6 +634,152 @@ def test_phase_rules(md, ms, want) -> None:
     assert phases.derive(md, ms).name == want
 
 
+RUN = "r-0123456789"
+_URL = "http://203.0.113.50/default/m"
+_ROUTED_SERVICE = {
+    "status": {
+        "url": _URL,
+        "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "Routed", "status": "True"},
+        ],
+    }
+}
+
+
+def _md(revisions: dict, gate: dict | None = None, *conds: dict, run_id: str = RUN) -> dict:
+    canary = {"run": run_id} | ({"gate": gate} if gate else {})
+    return {"status": {"revisions": revisions, "canary": canary, "conditions": [*conds]}}
+
+
+_FIRST = {"canary": "b"}
+_READY = {"type": "ReplicasReady", "status": "True", "reason": "Available"}
+_PULLING = {"type": "ReplicasReady", "status": "False", "reason": "PullingWeights"}
+_WAITING = {"type": "ReplicasReady", "status": "False", "reason": "Waiting"}
+
+RUN_TABLE = [
+    # (name, deployment, service, phase, endpoint)
+    (
+        "a new run not taken up yet",
+        _md({"stable": "a"}, None, _SCHEDULED, _READY, run_id="r-old"),
+        _ROUTED_SERVICE,
+        "Validating",
+        _URL,
+    ),
+    (
+        "first rollout pulling weights",
+        _md(_FIRST, {"state": "Waiting"}, _SCHEDULED, _PULLING, _AWAITING),
+        None,
+        "PullingWeights",
+        None,
+    ),
+    (
+        "first rollout starting",
+        _md(_FIRST, {"state": "Waiting"}, _SCHEDULED, _WAITING, _AWAITING),
+        None,
+        "Deploying",
+        None,
+    ),
+    (
+        "first rollout measured",
+        _md(_FIRST, {"revision": "b", "state": "Measuring"}, _SCHEDULED, _READY, _AWAITING),
+        _ROUTED_SERVICE,
+        "SmokeTesting",
+        None,
+    ),
+    (
+        "first rollout verdict not acted on",
+        _md(
+            _FIRST,
+            {"revision": "b", "state": "Measured", "verdict": "Pass"},
+            _SCHEDULED,
+            _READY,
+            _AWAITING,
+        ),
+        None,
+        "SmokeTesting",
+        None,
+    ),
+    (
+        "first rollout failed",
+        _md(
+            {},
+            {"revision": "b", "verdict": "Fail"},
+            _SCHEDULED,
+            {
+                "type": "Canary",
+                "status": "False",
+                "reason": "Failed",
+                "message": "never took traffic",
+            },
+        ),
+        _ROUTED_SERVICE,
+        "Failed",
+        None,
+    ),
+    (
+        "promoted, not routed yet",
+        _md(
+            {"stable": "b"},
+            None,
+            _SCHEDULED,
+            _READY,
+            {"type": "Canary", "status": "True", "reason": "Promoted"},
+        ),
+        {
+            "status": {
+                "url": _URL,
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {
+                        "type": "Routed",
+                        "status": "False",
+                        "message": "1 endpoint(s) of a first rollout wait",
+                    },
+                ],
+            }
+        },
+        "Promoting",
+        _URL,
+    ),
+    (
+        "re-tested in place",
+        _md(
+            {"stable": "a", "canary": "a"},
+            {"revision": "a", "state": "Measuring"},
+            _SCHEDULED,
+            _READY,
+            _AWAITING,
+        ),
+        _ROUTED_SERVICE,
+        "SmokeTesting",
+        _URL,
+    ),
+    (
+        "re-test in place failed",
+        _md(
+            {"stable": "a"},
+            {"revision": "a", "verdict": "Fail"},
+            _SCHEDULED,
+            _READY,
+            {"type": "Canary", "status": "False", "reason": "Failed"},
+        ),
+        _ROUTED_SERVICE,
+        "Failed",
+        _URL,
+    ),
+    ("ready", _md({"stable": "a"}, None, _SCHEDULED, _READY), _ROUTED_SERVICE, "Ready", _URL),
+]
+
+
+@pytest.mark.parametrize(
+    ("md", "ms", "want", "endpoint"), [c[1:] for c in RUN_TABLE], ids=[c[0] for c in RUN_TABLE]
+)
+def test_phase_rules_of_a_run(md, ms, want, endpoint) -> None:
+    phase = phases.derive(md, ms, RUN)
+    assert (phase.name, phase.endpoint) == (want, endpoint)
+
+
 # --- lifecycle: everything is owned by the XR, in its namespace ---------------------------------
 
 
@@ -469,57 +809,125 @@ def test_everything_composed_down_the_tree_is_owned_by_its_xr_in_its_namespace()
 
 def test_the_docs_print_the_tables_the_code_uses() -> None:
     text = (REPO / "docs/workflow-run.md").read_text()
-    for gpu_class, expression in gpu_classes.GPU_CLASSES.items():
+    for gpu_class, expression in gpu_classes.BUILT_IN.items():
         assert f"| `{gpu_class}` | `{expression}` |" in text
     for preset in presets.PRESETS.values():
         assert f"`{preset.image}`" in text
 
 
-def test_a_spec_update_is_a_fresh_run_with_a_canary_at_traffic_percent() -> None:
-    """Render generation 1 down the tree, observe it as running, then update the spec."""
+def _child(out: render.Rendered, kind: str = "ModelDeployment") -> render.Rendered:
+    (node,) = [c for c in out.children if c.xr["kind"] == kind]
+    return node
+
+
+def _revisions_of_replicas(node: render.Rendered) -> list[str]:
+    return sorted(
+        o["metadata"]["labels"]["modelplane.ai/revision"]
+        for o in node.composed
+        if o["kind"] == "ModelReplica"
+    )
+
+
+def _passed(run_id: str, revision: str) -> dict:
+    return {
+        "revision": revision,
+        "run": run_id,
+        "state": "Measured",
+        "verdict": "Pass",
+        "reason": "all 10 prompts succeeded",
+        "budgets": {"ttftMs": 250, "tpotMs": 40},
+    }
+
+
+def test_the_first_rollout_is_tested_before_it_takes_traffic_and_updates_are_fresh_runs() -> None:
+    """Render generation 1 down the tree; observe its first revision as passed and running;
+    then update the spec, once changing the pods and once not."""
     scenario = render.load_scenario(REPO / "examples/workflowrun-llama-70b")
     scenario.xr["metadata"].update(uid=UID, generation=1)
     first = render.render(scenario, tree=True)
-    (md_node,) = [c for c in first.children if c.xr["kind"] == "ModelDeployment"]
+    r1 = first.xr["status"]["workflowRunId"]
+    md_node = _child(first)
+    rev = md_node.xr["status"]["revisions"]["canary"]
+    assert md_node.xr["status"]["revisions"] == {"canary": rev}  # no stable: no traffic
+    assert md_node.xr["status"]["canary"] == {
+        "run": r1,
+        "revision": rev,
+        "trafficPercent": 0,
+        "replicas": 1,
+        "gate": {
+            "revision": rev,
+            "run": r1,
+            "state": "Waiting",
+            "message": "0 of 1 canary ModelReplicas ready",
+        },
+    }
+    conds = {c["type"]: c for c in md_node.xr["status"]["conditions"]}
+    assert (conds["Canary"]["reason"], conds["Ready"]["status"]) == ("AwaitingVerdict", "False")
+    assert _revisions_of_replicas(md_node) == [rev]
+
+    # the first revision passed its smoke test and runs
     md = copy.deepcopy(next(o for o in first.composed if o["kind"] == "ModelDeployment"))
     md["metadata"]["uid"] = "md-uid"
-    md["status"] = copy.deepcopy(md_node.xr["status"])
-    stable = md["status"]["revisions"]["stable"]
+    md["status"] = {
+        "revisions": {"stable": rev},
+        "canary": {"run": r1, "revision": rev, "gate": _passed(r1, rev)},
+        "conditions": [{"type": "ReplicasReady", "status": "True", "reason": "Available"}],
+    }
     ready = {"conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]}
+    # its replicas (not their endpoints: the gate would measure their gateway addresses)
     running = [
         {**copy.deepcopy(o), "status": ready}
         for o in md_node.composed
         if o["kind"] == "ModelReplica"
     ]
-    assert len(running) == 1
 
-    updated = copy.deepcopy(scenario.xr)
-    updated["metadata"]["generation"] = 2
-    updated["spec"]["model"]["quantization"] = "fp8"
-    second = render.render(
-        render.Scenario(updated, scenario.required, [md, *running], scenario.path), tree=True
-    )
-    st = second.xr["status"]
-    assert st["workflowRunId"] != first.xr["status"]["workflowRunId"]
-    assert st["observedGeneration"] == 2
-    (md_after,) = [c for c in second.children if c.xr["kind"] == "ModelDeployment"]
-    revisions = md_after.xr["status"]["revisions"]
-    assert revisions["stable"] == stable
-    assert revisions["canary"] not in (None, stable)
+    def update(change) -> render.Rendered:
+        xr = copy.deepcopy(scenario.xr)
+        xr["metadata"]["generation"] = 2
+        change(xr["spec"])
+        return render.render(
+            render.Scenario(xr, scenario.required, [md, *running], scenario.path), tree=True
+        )
+
+    # a change of the pods: a canary at trafficPercent, in a fresh run
+    fp8 = update(lambda spec: spec["model"].update(quantization="fp8"))
+    r2 = fp8.xr["status"]["workflowRunId"]
+    assert r2 != r1
+    assert fp8.xr["status"]["observedGeneration"] == 2
+    assert fp8.xr["status"]["phase"] == "Validating"  # the deployment has not taken up r2 yet
+    composed = next(o for o in fp8.composed if o["kind"] == "ModelDeployment")
+    assert composed["spec"]["canary"]["runId"] == r2
+    md_after = _child(fp8)
+    canary = md_after.xr["status"]["revisions"]["canary"]
+    assert md_after.xr["status"]["revisions"] == {"stable": rev, "canary": canary}
+    assert canary != rev
     assert md_after.xr["status"]["canary"]["trafficPercent"] == 5
-    replicas = sorted(
-        o["metadata"]["labels"]["modelplane.ai/revision"]
-        for o in md_after.composed
-        if o["kind"] == "ModelReplica"
-    )
-    assert replicas == sorted([stable, revisions["canary"]])
+    assert md_after.xr["status"]["canary"]["run"] == r2
+    assert _revisions_of_replicas(md_after) == sorted([rev, canary])
     canary_args = next(
         o
         for o in md_after.composed
         if o["kind"] == "ModelReplica"
-        and o["metadata"]["labels"]["modelplane.ai/revision"] == revisions["canary"]
+        and o["metadata"]["labels"]["modelplane.ai/revision"] == canary
     )["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["args"]
     assert "--quantization=fp8" in canary_args
+
+    # a change that leaves the pods as they are: the serving revision is re-tested in place
+    budgets = update(lambda spec: spec["canary"]["smokeTest"].update(ttftBudgetMs=200))
+    md_after = _child(budgets)
+    assert md_after.xr["status"]["revisions"] == {"stable": rev, "canary": rev}
+    assert md_after.xr["status"]["canary"]["trafficPercent"] == 100
+    assert _revisions_of_replicas(md_after) == [rev]  # nothing new starts, nothing stops
+    cond = {c["type"]: c for c in md_after.xr["status"]["conditions"]}["Canary"]
+    assert (cond["reason"], cond["message"]) == (
+        "AwaitingVerdict",
+        f"revision {rev} serves unchanged while the latency gate re-tests it in run {r2}",
+    )
+    gate_cond = {c["type"]: c for c in md_after.xr["status"]["conditions"]}["CanaryGate"]
+    assert (gate_cond["reason"], gate_cond["message"]) == (
+        "WaitingForCanary",
+        f"canary revision {rev}: no canary ModelEndpoint yet",
+    )
 
 
 # --- PullingWeights: the storageUri staged by an init container, seen all the way up ------------

@@ -9,7 +9,8 @@ hold. Properties:
 - no exception escapes a function (the runtime would turn one into an "internal error" Fatal;
   seeing that message is a failure here);
 - input the XRD's OpenAPI schema rejects, as the API server reads it (apiserver.py), gets a
-  Fatal result naming a `spec` field;
+  Fatal result naming a `spec` field, or (WorkflowRun, whose phase Failed must reach the live
+  object) a Valid condition False with reason InvalidSpec naming one;
 - input the schema accepts and the function composes from yields a status its XRD accepts and
   desired resources that pass the schemas we have (our XRDs and the CRDs in ../shared/crds,
   for provider-kubernetes Objects also the manifest inside) and ObjectMeta validation.
@@ -84,7 +85,7 @@ def run(
     invalid = apiserver.schema_errors(xr)
     record(["schema: invalid" if invalid else "schema: valid"])
     try:
-        desired, _, _, _ = render.run_pipeline(
+        desired, _, conditions, _ = render.run_pipeline(
             composition, xr, scenario.observed, scenario.required
         )
     except render.PipelineError as err:
@@ -94,8 +95,14 @@ def run(
         if fatal_names_spec:
             assert "spec" in message, f"a Fatal result must name the field: {message}"
         return
-    record(["function: composed"])
-    assert not invalid, f"the function accepted input its XRD rejects: {invalid[:3]}"
+    refusals = [c.message for c in conditions if (c.type, c.reason) == ("Valid", "InvalidSpec")]
+    if refusals:  # refused without a Fatal (WorkflowRun): its status and what it keeps validate
+        record(["function: refused"])
+        if fatal_names_spec:
+            assert "spec" in refusals[0], f"a refusal must name the field: {refusals[0]}"
+    else:
+        record(["function: composed"])
+        assert not invalid, f"the function accepted input its XRD rejects: {invalid[:3]}"
     status = xp.to_dict(desired.composite.resource).get("status") or {}
     errors = apiserver.status_errors(xr, status)
     assert not errors, f"the status fails the XRD's schema: {errors[:3]}"
