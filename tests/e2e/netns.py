@@ -2,9 +2,9 @@
 
 Crossplane core and provider-kubernetes bind their metrics and health ports on every interface,
 and kube-apiserver looks for a default route. Inside a network namespace of our own nothing is
-reachable from outside, so every server of the e2e stack runs in one: only `lo` and one dummy
-interface carrying the TEST-NET-1 addresses (192.0.2.0/24, RFC 5737) that stand in for gateway
-addresses (ModelService refuses loopback backends, as it must in a real cluster).
+reachable from outside, so every server of the e2e stack runs in one: only `lo`, which also
+carries TEST-NET-1 addresses (192.0.2.0/24, RFC 5737) standing in for gateway addresses
+(ModelService refuses loopback backends, as it must in a real cluster).
 
 `enter()` moves the *calling thread* into a new namespace (unshare(2) with CLONE_NEWNET applies
 to the calling task only); every process it starts afterwards inherits it. pytest runs the e2e
@@ -21,13 +21,12 @@ import subprocess
 
 CLONE_NEWNET = 0x40000000
 GATEWAY_NET = "192.0.2"  # TEST-NET-1: documentation addresses, never routed anywhere
-DUMMY = "plnt0"
 
 _entered = False
 
 
 def enter() -> None:
-    """Unshare the network namespace once, bring `lo` up, add the gateway addresses."""
+    """Unshare the network namespace once, bring `lo` up, add the gateway addresses to it."""
     global _entered  # noqa: PLW0603 (one namespace per process, entered once)
     if _entered:
         return
@@ -36,10 +35,8 @@ def enter() -> None:
         err = ctypes.get_errno()
         raise OSError(err, f"unshare(CLONE_NEWNET) failed: {os.strerror(err)} (needs root)")
     _ip("link", "set", "lo", "up")
-    _ip("link", "add", DUMMY, "type", "dummy")
     for host in range(1, 32):
-        _ip("addr", "add", f"{GATEWAY_NET}.{host}/32", "dev", DUMMY)
-    _ip("link", "set", DUMMY, "up")
+        _ip("addr", "add", f"{GATEWAY_NET}.{host}/32", "dev", "lo")
     _entered = True
 
 

@@ -242,9 +242,16 @@ class ControlPlane:
             {
                 "endpoint": fn.address,
                 "capabilities": ["composition"],
+                # what the package manager and a package runtime would report
                 "conditions": [
                     {
-                        "type": "Healthy",
+                        "type": "RevisionHealthy",
+                        "status": "True",
+                        "reason": "HealthyPackageRevision",
+                        "lastTransitionTime": _now(),
+                    },
+                    {
+                        "type": "RuntimeHealthy",
                         "status": "True",
                         "reason": "HealthyPackageRevision",
                         "lastTransitionTime": _now(),
