@@ -70,7 +70,11 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         return rsp
     usable = {n: c for n, c in classes.items() if isinstance(c, InferenceClassSpec)}
     kubeconfig, namespace = kubeconfig_ref(spec, name, observed, secret)
-    with_gpu = any(usable[p.class_name].needs_nvidia_dra_driver for p in spec.node_pools)
+    target = stack.Target(
+        nvidia_gpu_pools=tuple(
+            p.name for p in spec.node_pools if usable[p.class_name].needs_nvidia_dra_driver
+        )
+    )
 
     # desired resources
     waiting: list[str] = []
@@ -95,7 +99,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         observed,
         name=name,
         namespace=namespace,
-        with_gpu=with_gpu,
+        target=target,
         gateway_address=gateway_address,
     )
 
@@ -238,12 +242,12 @@ def compose_stack(
     *,
     name: str,
     namespace: str,
-    with_gpu: bool,
+    target: stack.Target,
     gateway_address: str,
 ) -> list[str]:
     """Composes each stack component whose needs are Ready (or that exists); returns what waits."""
     waiting = []
-    for component in stack.components(with_gpu):
+    for component in stack.components(with_gpu=bool(target.nvidia_gpu_pools)):
         rname = stack.resource_name(component)
         unmet = [
             n
@@ -259,7 +263,8 @@ def compose_stack(
             waiting.append("gateway address")
         elif not ready:
             waiting.append(component)
-        xp.compose(rsp, rname, stack.component(name, namespace, component), ready=ready)
+        manifest = stack.component(name, namespace, component, target)
+        xp.compose(rsp, rname, manifest, ready=ready)
     return waiting
 
 
