@@ -26,6 +26,9 @@ Key choices:
   the scheduler reads) only turns True when every piece, and the Gateway's address, is there.
 - A component, once observed, stays composed even if something it needed turns unready, so a
   flapping controller never deletes the Gateway.
+- A CKS pool keeps its instance type for life (seed 004): a class edited under a running pool
+  leaves the pool as it runs, and ``Provisioned`` (reason ``InstanceTypeHeld``) says to add a
+  pool under a new name.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ CLASS_API = "modelplane.ai/v1alpha1"
 COREWEAVE_CLUSTER = "coreweavecluster"  # composition resource names
 PROVIDER_CONFIGS = {"kubernetes": "providerconfig-kubernetes", "helm": "providerconfig-helm"}
 SECRET_REQUIREMENT = "kubeconfig-secret"  # noqa: S105 (a requirement name, not a secret)
+INSTANCE_TYPE_HELD = "InstanceTypeHeld"  # Provisioned reason: a pool keeps its instance type
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -78,9 +82,15 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
 
     # desired resources
     waiting: list[str] = []
+    held: list[str] = []
     cluster_ready = True
     if spec.cluster.coreweave is not None:
         cwc = resources.coreweave_cluster(name, spec.cluster.coreweave, spec, usable)
+        # CKS can't change a pool's instance type (the CoreWeaveCluster XRD refuses it): a class
+        # edited under a running pool keeps the pool as it is, and Provisioned says so
+        held = resources.keep_instance_types(cwc, observed.get(COREWEAVE_CLUSTER), spec)
+        for message in held:
+            xp.warning(rsp, message)
         cluster_ready = xp.is_ready(observed.get(COREWEAVE_CLUSTER))
         xp.compose(rsp, COREWEAVE_CLUSTER, cwc, ready=cluster_ready)
         if not cluster_ready:
@@ -106,7 +116,12 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     # status
     status["providerConfigRef"] = {"name": name}
     xp.set_status(rsp, status)
-    xp.set_conditions(rsp, provisioned_condition(spec, name, namespace, kubeconfig, cluster_ready))
+    provisioned = provisioned_condition(spec, name, namespace, kubeconfig, cluster_ready)
+    if held:
+        provisioned = conditions.waiting(
+            conditions.PROVISIONED, "; ".join(held), INSTANCE_TYPE_HELD
+        )
+    xp.set_conditions(rsp, provisioned)
     if waiting:
         xp.set_conditions(
             rsp, conditions.waiting(conditions.STACK_READY, "waiting for " + "; ".join(waiting))

@@ -549,3 +549,39 @@ def test_invalid_spec_is_fatal_naming_the_field(change, error: str) -> None:
     rsp = run(changed(COREWEAVE.xr, change), COREWEAVE.required)
     assert [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL] == [error]
     assert composed(rsp) == {}
+
+
+def test_a_class_edited_under_a_running_pool_keeps_the_pools_instance_type() -> None:
+    """CKS can't change a pool's instance type and the CoreWeaveCluster refuses the change at
+    admission (seed 004): the InferenceCluster keeps the pool as it runs and says what to do."""
+    required = copy.deepcopy(READY.required)
+    h100 = next(o for o in required if o["metadata"]["name"] == "nvidia-h100-8x")
+    h100["spec"]["provisioning"]["coreweave"]["instanceType"] = "gd-8xb200ib-i128"
+    rsp = run(READY.xr, required, ready_observed())
+    pools = {p["name"]: p for p in composed(rsp)["coreweavecluster"]["spec"]["nodePools"]}
+    assert pools["h100"]["instanceType"] == "gd-8xh100ib-i128"
+    assert pools["cpu"]["instanceType"] == "cd-gp-a192-genoa"
+    cond = condition(rsp, "Provisioned")
+    assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, "InstanceTypeHeld")
+    assert cond.message == (
+        'node pool "h100": InferenceClass "nvidia-h100-8x" now asks for instance type '
+        "gd-8xb200ib-i128, but the pool runs gd-8xh100ib-i128 and CKS can't change an existing "
+        "pool's instance type: add a pool under a new name for the new type (and remove this "
+        "one once its workloads have moved)"
+    )
+    warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+    assert warnings == [cond.message]
+    # a new pool of that class under a new name gets the new type
+    xr = copy.deepcopy(READY.xr)
+    xr["spec"]["nodePools"].append({**xr["spec"]["nodePools"][0], "name": "b200"})
+    pools = {
+        p["name"]: p["instanceType"]
+        for p in composed(run(xr, required, ready_observed()))["coreweavecluster"]["spec"][
+            "nodePools"
+        ]
+    }
+    assert pools == {
+        "h100": "gd-8xh100ib-i128",
+        "b200": "gd-8xb200ib-i128",
+        "cpu": "cd-gp-a192-genoa",
+    }
