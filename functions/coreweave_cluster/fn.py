@@ -14,8 +14,11 @@ Composes, in two stages:
      with their claims.
 
 Key choices:
-  - A NodePool's name and composition resource name carry a hash of its instance type, so a
-    changed instance type creates a new pool and deletes the old one (CKS cannot mutate it).
+  - A NodePool is named after its pool, verbatim (seed 004). CKS cannot change a pool's
+    instance type, so the XRD refuses that change at admission (a transition rule on the
+    name-keyed pool list); should such a spec reach the function anyway, the existing pool keeps
+    its instance type and Provisioned says to add a pool under a new name. Nothing is ever
+    deleted and recreated behind the user's back.
   - Stage 2 stays composed once the kubeconfig Secret exists: dropping it would delete every
     NodePool whenever the cluster flickers or the token cannot be read for a moment. The last
     good kubeconfig is kept instead.
@@ -79,18 +82,21 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     )
     waiting = [what for what, ok in (("VPC", vpc_ready), ("CKS cluster", cluster_ready)) if not ok]
 
+    # --- decisions: pools whose spec asks CKS for what it cannot do
+    pools, refused = keep_instance_types(spec.node_pools, observed)
+
     # --- stage 2: access to the cluster, then what lives inside it
     access = cluster_access(
         req, rsp, spec, n, observed=observed, cluster_ready=cluster_ready, endpoint=endpoint
     )
-    status: dict[str, Any] = {"nodePools": pool_status(spec.node_pools, observed)}
+    status: dict[str, Any] = {"nodePools": pool_status(pools, observed)}
     if endpoint:
         status["endpoint"] = endpoint
     if access.waiting:
         waiting.append(access.waiting)
 
     if access.kubeconfig_b64 is not None:
-        compose_in_cluster(rsp, spec, n, observed, access.kubeconfig_b64)
+        compose_in_cluster(rsp, pools, n, observed, access.kubeconfig_b64)
         status["secrets"] = [
             {"name": n.kubeconfig_secret, "key": r.KUBECONFIG_KEY, "type": "Kubeconfig"}
         ]
@@ -105,9 +111,19 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         if pool.autoscaled and pool.min_node_count == 0:
             xp.warning(rsp, f"spec.nodePools[{i}].minNodeCount 0 is raised to 1 (see the API docs)")
 
+    for problem in refused:
+        xp.warning(rsp, problem)
+
     # --- status
     xp.set_status(rsp, status)
-    if access.problem:
+    if refused:
+        xp.set_conditions(
+            rsp,
+            conditions.waiting(
+                conditions.PROVISIONED, "; ".join(refused + waiting), conditions.INVALID_SPEC
+            ),
+        )
+    elif access.problem:
         xp.set_conditions(
             rsp,
             conditions.waiting(
@@ -196,6 +212,42 @@ def observed_target(obj: dict[str, Any] | None) -> int | None:
     return target if isinstance(target, int) and not isinstance(target, bool) else None
 
 
+def existing_instance_type(obj: dict[str, Any] | None) -> str | None:
+    """The instance type of a pool's NodePool as it exists (last seen, else last asked for)."""
+    for manifest in (
+        _observed_manifest(obj),
+        (((obj or {}).get("spec") or {}).get("forProvider") or {}).get("manifest"),
+    ):
+        value = ((manifest or {}).get("spec") or {}).get("instanceType")
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def keep_instance_types(
+    pools: list[NodePool], observed: dict[str, dict[str, Any]]
+) -> tuple[list[NodePool], list[str]]:
+    """The pools to compose, and why any of them keeps its existing instance type.
+
+    The XRD refuses an instance type change at admission; input that never passed admission
+    (``crossplane render``, an XRD without the rule) is held here the same way, so a pool is
+    never replaced behind the user's back.
+    """
+    out, refused = [], []
+    for i, pool in enumerate(pools):
+        existing = existing_instance_type(observed.get(r.node_pool_resource(pool)))
+        if existing is None or existing == pool.instance_type:
+            out.append(pool)
+            continue
+        out.append(pool.model_copy(update={"instance_type": existing}))
+        refused.append(
+            f"spec.nodePools[{i}].instanceType: node pool {pool.name} runs {existing}, and CKS "
+            f"can't change an existing pool's instance type, so {pool.instance_type} is not "
+            "applied: add a pool with it under a new name instead"
+        )
+    return out, refused
+
+
 def pool_status(pools: list[NodePool], observed: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {
@@ -213,7 +265,7 @@ def pool_status(pools: list[NodePool], observed: dict[str, dict[str, Any]]) -> l
 
 def compose_in_cluster(
     rsp: fnv1.RunFunctionResponse,
-    spec: CoreWeaveClusterSpec,
+    pools: list[NodePool],
     n: r.Names,
     observed: dict[str, dict[str, Any]],
     kubeconfig_b64: str,
@@ -230,7 +282,7 @@ def compose_in_cluster(
         r.kubernetes_provider_config(n),
         ready=_exists(observed, PROVIDER_CONFIG),
     )
-    for pool in spec.node_pools:
+    for pool in pools:
         name = r.node_pool_resource(pool)
         counts = r.node_counts(pool, observed_target(observed.get(name)))
         xp.compose(

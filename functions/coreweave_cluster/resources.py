@@ -74,17 +74,13 @@ class Names:
         return names.dns_label(self.xr, suffix)
 
 
-def instance_hash(instance_type: str) -> str:
-    return names.short_hash(instance_type, length=8)
-
-
 def node_pool_name(pool: NodePool) -> str:
-    """The CKS NodePool's name: pool name plus a hash of the instance type.
+    """The CKS NodePool's name: the pool's name, verbatim (seed 004).
 
-    CKS cannot change a pool's instance type, so a new instance type must be a new NodePool:
-    a new name makes Crossplane create the new pool and delete the old one.
+    CKS cannot change a pool's instance type; the XRD refuses such a change at admission, so a
+    pool keeps its name for life and a new instance type is a new pool under a new name.
     """
-    return f"{pool.name}-{instance_hash(pool.instance_type)}"
+    return pool.name
 
 
 def node_pool_resource(pool: NodePool) -> str:

@@ -26,6 +26,9 @@ Key choices:
   the scheduler reads) only turns True when every piece, and the Gateway's address, is there.
 - A component, once observed, stays composed even if something it needed turns unready, so a
   flapping controller never deletes the Gateway.
+- A CKS pool keeps its instance type for life (seed 004): a class edited under a running pool
+  leaves the pool as it runs, and ``Provisioned`` (reason ``InstanceTypeHeld``) says to add a
+  pool under a new name.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ CLASS_API = "modelplane.ai/v1alpha1"
 COREWEAVE_CLUSTER = "coreweavecluster"  # composition resource names
 PROVIDER_CONFIGS = {"kubernetes": "providerconfig-kubernetes", "helm": "providerconfig-helm"}
 SECRET_REQUIREMENT = "kubeconfig-secret"  # noqa: S105 (a requirement name, not a secret)
+INSTANCE_TYPE_HELD = "InstanceTypeHeld"  # Provisioned reason: a pool keeps its instance type
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -70,13 +74,23 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         return rsp
     usable = {n: c for n, c in classes.items() if isinstance(c, InferenceClassSpec)}
     kubeconfig, namespace = kubeconfig_ref(spec, name, observed, secret)
-    with_gpu = any(usable[p.class_name].needs_nvidia_dra_driver for p in spec.node_pools)
+    target = stack.Target(
+        nvidia_gpu_pools=tuple(
+            p.name for p in spec.node_pools if usable[p.class_name].needs_nvidia_dra_driver
+        )
+    )
 
     # desired resources
     waiting: list[str] = []
+    held: list[str] = []
     cluster_ready = True
     if spec.cluster.coreweave is not None:
         cwc = resources.coreweave_cluster(name, spec.cluster.coreweave, spec, usable)
+        # CKS can't change a pool's instance type (the CoreWeaveCluster XRD refuses it): a class
+        # edited under a running pool keeps the pool as it is, and Provisioned says so
+        held = resources.keep_instance_types(cwc, observed.get(COREWEAVE_CLUSTER), spec)
+        for message in held:
+            xp.warning(rsp, message)
         cluster_ready = xp.is_ready(observed.get(COREWEAVE_CLUSTER))
         xp.compose(rsp, COREWEAVE_CLUSTER, cwc, ready=cluster_ready)
         if not cluster_ready:
@@ -95,14 +109,19 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         observed,
         name=name,
         namespace=namespace,
-        with_gpu=with_gpu,
+        target=target,
         gateway_address=gateway_address,
     )
 
     # status
     status["providerConfigRef"] = {"name": name}
     xp.set_status(rsp, status)
-    xp.set_conditions(rsp, provisioned_condition(spec, name, namespace, kubeconfig, cluster_ready))
+    provisioned = provisioned_condition(spec, name, namespace, kubeconfig, cluster_ready)
+    if held:
+        provisioned = conditions.waiting(
+            conditions.PROVISIONED, "; ".join(held), INSTANCE_TYPE_HELD
+        )
+    xp.set_conditions(rsp, provisioned)
     if waiting:
         xp.set_conditions(
             rsp, conditions.waiting(conditions.STACK_READY, "waiting for " + "; ".join(waiting))
@@ -238,12 +257,12 @@ def compose_stack(
     *,
     name: str,
     namespace: str,
-    with_gpu: bool,
+    target: stack.Target,
     gateway_address: str,
 ) -> list[str]:
     """Composes each stack component whose needs are Ready (or that exists); returns what waits."""
     waiting = []
-    for component in stack.components(with_gpu):
+    for component in stack.components(with_gpu=bool(target.nvidia_gpu_pools)):
         rname = stack.resource_name(component)
         unmet = [
             n
@@ -259,7 +278,8 @@ def compose_stack(
             waiting.append("gateway address")
         elif not ready:
             waiting.append(component)
-        xp.compose(rsp, rname, stack.component(name, namespace, component), ready=ready)
+        manifest = stack.component(name, namespace, component, target)
+        xp.compose(rsp, rname, manifest, ready=ready)
     return waiting
 
 

@@ -78,6 +78,36 @@ def node_pool(pool: Any, cls: InferenceClassSpec) -> dict[str, Any]:
     return out
 
 
+def keep_instance_types(
+    cwc: dict[str, Any], observed: dict[str, Any] | None, spec: InferenceClusterSpec
+) -> list[str]:
+    """Gives each pool of ``cwc`` that already exists the instance type it has; says which.
+
+    A pool's class may be edited under it (a new instanceType), but CKS cannot change a pool's
+    instance type and the CoreWeaveCluster refuses the change at admission, so the pool is
+    left as it is and the message says how to move to the new type.
+    """
+    existing = {
+        p.get("name"): p.get("instanceType")
+        for p in ((observed or {}).get("spec") or {}).get("nodePools") or []
+        if isinstance(p, dict)
+    }
+    classes = {p.name: p.class_name for p in spec.node_pools}
+    held = []
+    for pool in cwc["spec"]["nodePools"]:
+        runs = existing.get(pool["name"])
+        if isinstance(runs, str) and runs and runs != pool["instanceType"]:
+            name, wanted = pool["name"], pool["instanceType"]
+            held.append(
+                f'node pool "{name}": InferenceClass "{classes[name]}" now asks for instance '
+                f"type {wanted}, but the pool runs {runs} and CKS can't "
+                "change an existing pool's instance type: add a pool under a new name for the "
+                "new type (and remove this one once its workloads have moved)"
+            )
+            pool["instanceType"] = runs
+    return held
+
+
 def provider_config(provider: str, name: str, ref: KubeconfigRef) -> dict[str, Any]:
     """A ClusterProviderConfig named after the InferenceCluster, from its kubeconfig Secret."""
     return {

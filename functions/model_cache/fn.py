@@ -18,7 +18,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import conditions, labels, names, weights, xp
+from plnt import conditions, labels, names, weights, workload_cluster, xp
 from plnt.models.model_cache import ModelCacheSpec, Source
 
 API_VERSION = "modelplane.ai/v1alpha1"
@@ -28,8 +28,6 @@ WEIGHTS_STAGED = "WeightsStaged"
 FAILED = "Failed"
 CACHE_MOUNT = "/cache"
 BACKOFF_LIMIT = 4
-NAMESPACE_POLICIES = ["Observe", "Create", "Update", "LateInitialize"]
-POOL_TAINTS = (labels.GPU, "nvidia.com/gpu", labels.CPU)  # stage on whatever node is free
 CACHE_LABEL = f"{labels.DOMAIN}/model-cache"
 
 
@@ -79,7 +77,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     xp.compose(
         rsp,
         "namespace",
-        obj(namespace_manifest, managementPolicies=NAMESPACE_POLICIES),
+        obj(namespace_manifest, managementPolicies=workload_cluster.KEEP_ON_DELETE),
         ready=xp.is_ready(observed.get("namespace")),
     )
     pvc = persistent_volume_claim(name, namespace, pvc_name, spec, storage_class)
@@ -165,7 +163,8 @@ def staging_job(name: str, namespace: str, pvc_name: str, source: Source) -> dic
                 "spec": {
                     "restartPolicy": "OnFailure",
                     "containers": [container],
-                    "tolerations": [{"key": k, "operator": "Exists"} for k in POOL_TAINTS],
+                    # stage on whatever node is free
+                    "tolerations": workload_cluster.pool_tolerations(),
                     "volumes": [
                         {"name": "weights", "persistentVolumeClaim": {"claimName": pvc_name}}
                     ],

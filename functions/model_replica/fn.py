@@ -5,8 +5,8 @@ resource: its ``status.providerConfigRef.name`` reaches the cluster, ``status.ga
 makes the endpoint) and, with ``modelCacheRef``, the ModelCache (its ``status.pvcName``).
 Composes provider-kubernetes Objects in the replica's namespace on that cluster: the
 Namespace (never deleted: other replicas share it), ResourceClaimTemplates and a Deployment
-or LeaderWorkerSet per engine (workloads.py), and the serving surface of the serving mode
-(serving.py).
+or LeaderWorkerSet per engine (workloads.py), and the serving surface (serving.py): in both
+serving modes an InferencePool over the serving pods, its endpoint picker and an HTTPRoute.
 
 Choices: until the cluster is known and has a ProviderConfig nothing is composed (an Object
 without a reachable cluster could never be deleted); a workload Object is ready only when
@@ -31,14 +31,12 @@ from functions.model_replica.replica import (
     kubernetes_object,
     observed_manifest,
 )
-from plnt import conditions, labels, weights, xp
+from plnt import conditions, labels, weights, workload_cluster, xp
 from plnt.models.model_replica import ModelReplicaSpec, check_engines
 
 API_VERSION = "modelplane.ai/v1alpha1"
 CLUSTER_REQUIREMENT = "inference-cluster"
 CACHE_REQUIREMENT = "model-cache"
-# The replica's namespace may be shared with other replicas: create and update it, never delete.
-NAMESPACE_POLICIES = ["Observe", "Create", "Update", "LateInitialize"]
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -96,8 +94,6 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             f"{', '.join(overridden)}: no weights init container; the cache's PVC is mounted "
             f"at {workloads.MODEL_CACHE_MOUNT}",
         )
-    if spec.serving.endpoint_picker and not replica.prefill_decode:
-        xp.warning(rsp, "serving.endpointPicker is ignored: Unified serving has no endpoint picker")
     observed = xp.observed_resources(req)
 
     # --- desired resources --------------------------------------------------------------------
@@ -107,7 +103,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         observed,
         "namespace",
         namespace_manifest(replica),
-        management_policies=NAMESPACE_POLICIES,
+        management_policies=workload_cluster.KEEP_ON_DELETE,  # other replicas share it
     )
     engine_status, waits, pulling = [], [], []
     for engine in spec.engines:
@@ -140,7 +136,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
                 f"engine {engine.name} waits for its {workload['kind']} "
                 f"{workload['metadata']['name']}: {available}/{engine.copies} copies available"
             )
-    for key, manifest in serving.SURFACES[spec.serving.mode](replica).items():
+    for key, manifest in serving.surface(replica).items():
         compose(rsp, replica, observed, f"serving-{key}", manifest)
 
     # --- status -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from plnt import labels, names
 from plnt.models.model_replica import ModelReplicaSpec
 
 OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
-SERVING_PORT = 8000  # what the Service, the InferencePool and the routing sidecar listen on
+SERVING_PORT = 8000  # PrefillDecode pool port: the routing sidecar and the prefill engine
 LWS_NAME_MAX = 45  # LWS derives StatefulSet, pod and revision-label names from its own
 
 

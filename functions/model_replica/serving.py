@@ -1,29 +1,35 @@
-"""A replica's serving surface on its cluster's Gateway, by serving mode.
+"""A replica's serving surface on its cluster's Gateway, the same shape in both serving modes.
 
-Unified: a Service on port 8000 over every Standalone/Leader pod and an HTTPRoute on the
-cluster Gateway matching ``/<namespace>/<replica>/``, rewritten to ``/``.
+Seed 002: "Both modes front the serving pods with an InferencePool and an endpoint picker,
+which endpointPicker can configure." So every replica gets an ``inference.networking.k8s.io/v1``
+InferencePool over its serving (Standalone/Leader) pods, the router ``serving.router`` names in
+front of it (``EndpointPicker``, the only one and the default: llm-d's inference scheduler as a
+Deployment, its Service, its EndpointPickerConfig in a ConfigMap, and the ServiceAccount and Role
+it needs to watch pods and pools), and an HTTPRoute on the cluster Gateway matching
+``/<namespace>/<replica>/``, rewritten to ``/``, whose backend is the pool.
 
-PrefillDecode (llm-d's disaggregation): an ``inference.networking.k8s.io/v1`` InferencePool
-over the serving pods on port 8000, an endpoint picker (llm-d's inference scheduler: a
-Deployment, its Service, its EndpointPickerConfig in a ConfigMap, and the ServiceAccount and
-Role it needs to watch pods and pools) and an HTTPRoute to the pool. Serving pods carry
-``llm-d.ai/role: prefill|decode``, which the picker's prefill/decode filters select on. The
-decode pod runs llm-d's routing sidecar as a native sidecar on port 8000: it sends the
-prompt to the prefill pod the picker chose (``x-prefiller-host-port``) and forwards decode to
-the engine on its own http port, so the decode engine must not listen on 8000, and the
-prefill engine must (it is reached on the pool's target port). See docs/model-replica.md.
+What differs by mode is a table (``MODES``): the port the pool targets and the picker's default
+config. Unified: the engines' shared http port, and one scheduling profile that scores queue
+depth, KV-cache use and prefix-cache hits. PrefillDecode (llm-d's disaggregation): port 8000 and
+the P/D profiles. Serving pods carry ``llm-d.ai/role: prefill|decode``, which the picker's
+prefill/decode filters select on. The decode pod runs llm-d's routing sidecar as a native
+sidecar on port 8000: it sends the prompt to the prefill pod the picker chose
+(``x-prefiller-host-port``) and forwards decode to the engine on its own http port, so the
+decode engine must not listen on 8000, and the prefill engine must (it is reached on the pool's
+target port). See docs/model-replica.md.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import yaml
 
 from functions.model_replica.replica import SERVING_PORT, Replica
-from plnt import labels, xp
+from plnt import labels, workload_cluster, xp
 from plnt.models.model_replica import ModelReplicaSpec
 
 GATEWAY_PARENT = {
@@ -50,9 +56,34 @@ _PROFILE_PLUGINS = [
     {"pluginRef": "prefix-cache-scorer", "weight": 2},
     {"pluginRef": "max-score-picker"},
 ]
+EPP_CONFIG_API = "inference.networking.x-k8s.io/v1alpha1"
+# Unified: one profile over every serving pod, scoring short queues, free KV cache and prefix
+# cache hits (plugins of the Inference Extension v1.0 that llm-d's scheduler v0.3 embeds).
+UNIFIED_EPP_CONFIG: dict[str, Any] = {
+    "apiVersion": EPP_CONFIG_API,
+    "kind": "EndpointPickerConfig",
+    "plugins": [
+        {"type": "single-profile-handler"},
+        {"type": "queue-scorer"},
+        {"type": "kv-cache-utilization-scorer"},
+        {"type": "prefix-cache-scorer"},
+        {"type": "max-score-picker"},
+    ],
+    "schedulingProfiles": [
+        {
+            "name": "default",
+            "plugins": [
+                {"pluginRef": "queue-scorer", "weight": 1},
+                {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
+                {"pluginRef": "prefix-cache-scorer", "weight": 2},
+                {"pluginRef": "max-score-picker"},
+            ],
+        }
+    ],
+}
 # llm-d's P/D recipe: pick a decode pod and, for every request (threshold 0), a prefill pod.
-DEFAULT_EPP_CONFIG: dict[str, Any] = {
-    "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
+PREFILL_DECODE_EPP_CONFIG: dict[str, Any] = {
+    "apiVersion": EPP_CONFIG_API,
     "kind": "EndpointPickerConfig",
     "plugins": [
         {"type": "prefill-header-handler"},
@@ -167,32 +198,34 @@ def http_route(replica: Replica, backend: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# --- Unified ------------------------------------------------------------------------------
+# --- what differs by serving mode -----------------------------------------------------------
 
 
-def service(replica: Replica) -> dict[str, Any]:
-    target = replica.spec.engines[0].serving_member.template.engine.http_port()
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": replica.metadata(replica.resource_name()),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": serving_selector(replica),
-            "ports": [
-                {"name": "http", "port": SERVING_PORT, "targetPort": target, "protocol": "TCP"}
-            ],
-        },
-    }
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """A serving mode's part of the surface."""
+
+    target_port: Callable[[Replica], int]  # the serving pods' port the InferencePool targets
+    epp_config: dict[str, Any]  # the endpoint picker's default EndpointPickerConfig
 
 
-def unified(replica: Replica) -> dict[str, dict[str, Any]]:
-    svc = service(replica)
-    backend = {"name": svc["metadata"]["name"], "port": SERVING_PORT}
-    return {"service": svc, "httproute": http_route(replica, backend)}
+def unified_port(replica: Replica) -> int:
+    """Every engine of a Unified replica serves on one http port (check_ports)."""
+    return replica.spec.engines[0].serving_member.template.engine.http_port()
 
 
-# --- PrefillDecode ------------------------------------------------------------------------
+MODES = {
+    "Unified": Mode(target_port=unified_port, epp_config=UNIFIED_EPP_CONFIG),
+    # the decode pod's routing sidecar and the prefill engine listen on 8000
+    "PrefillDecode": Mode(target_port=lambda _: SERVING_PORT, epp_config=PREFILL_DECODE_EPP_CONFIG),
+}
+
+
+def mode(replica: Replica) -> Mode:
+    return MODES[replica.spec.serving.mode]
+
+
+# --- the InferencePool and its endpoint picker ------------------------------------------------
 
 
 def epp_name(replica: Replica) -> str:
@@ -200,9 +233,10 @@ def epp_name(replica: Replica) -> str:
 
 
 def epp_config(replica: Replica) -> dict[str, Any]:
-    """The default P/D config; top-level keys of serving.endpointPicker.config replace it."""
+    """The mode's default config; top-level keys of serving.endpointPicker.config replace it."""
     picker = replica.spec.serving.endpoint_picker
-    return {**copy.deepcopy(DEFAULT_EPP_CONFIG), **((picker.config if picker else None) or {})}
+    default = copy.deepcopy(mode(replica).epp_config)
+    return {**default, **((picker.config if picker else None) or {})}
 
 
 def inference_pool(replica: Replica) -> dict[str, Any]:
@@ -212,7 +246,7 @@ def inference_pool(replica: Replica) -> dict[str, Any]:
         "metadata": replica.metadata(replica.resource_name()),
         "spec": {
             "selector": {"matchLabels": serving_selector(replica)},
-            "targetPorts": [{"number": SERVING_PORT}],
+            "targetPorts": [{"number": mode(replica).target_port(replica)}],
             "endpointPickerRef": {
                 "name": epp_name(replica),
                 "port": {"number": EPP_GRPC_PORT},
@@ -331,6 +365,8 @@ def epp_deployment(replica: Replica) -> dict[str, Any]:
         "serviceAccountName": name,
         "containers": [epp_container(replica)],
         "volumes": [{"name": "config", "configMap": {"name": name}}],
+        # the cluster may have only tainted (GPU) pools; the picker runs on any of them
+        "tolerations": workload_cluster.pool_tolerations(),
     }
     picker = replica.spec.serving.endpoint_picker
     if picker and picker.template.spec.image_pull_secrets:
@@ -347,27 +383,32 @@ def epp_deployment(replica: Replica) -> dict[str, Any]:
     }
 
 
-def prefill_decode(replica: Replica) -> dict[str, dict[str, Any]]:
-    pool = inference_pool(replica)
-    backend = {
-        "group": "inference.networking.k8s.io",
-        "kind": "InferencePool",
-        "name": pool["metadata"]["name"],
-    }
+def endpoint_picker(replica: Replica) -> dict[str, dict[str, Any]]:
+    """The EndpointPicker router: llm-d's inference scheduler and what it runs with."""
     return {
-        "inferencepool": pool,
         "epp-config": epp_config_map(replica),
         "epp-serviceaccount": epp_service_account(replica),
         "epp-role": epp_role(replica),
         "epp-rolebinding": epp_role_binding(replica),
         "epp-service": epp_service(replica),
         "epp-deployment": epp_deployment(replica),
-        "httproute": http_route(replica, backend),
     }
 
 
-# Serving mode -> the manifests (by composition resource name) that expose the replica.
-SURFACES: dict[str, Callable[[Replica], dict[str, dict[str, Any]]]] = {
-    "Unified": unified,
-    "PrefillDecode": prefill_decode,
+# serving.router -> the manifests of the router in front of the pool (unset: EndpointPicker).
+ROUTERS: dict[str, Callable[[Replica], dict[str, dict[str, Any]]]] = {
+    "EndpointPicker": endpoint_picker,
 }
+DEFAULT_ROUTER = "EndpointPicker"
+
+
+def surface(replica: Replica) -> dict[str, dict[str, Any]]:
+    """Every manifest (by composition resource name) that exposes the replica, in both modes."""
+    pool = inference_pool(replica)
+    backend = {
+        "group": "inference.networking.k8s.io",
+        "kind": "InferencePool",
+        "name": pool["metadata"]["name"],
+    }
+    router = ROUTERS[replica.spec.serving.router or DEFAULT_ROUTER]
+    return {"inferencepool": pool, **router(replica), "httproute": http_route(replica, backend)}

@@ -23,15 +23,13 @@ from typing import Any
 
 from functions.model_replica import serving, staging
 from functions.model_replica.replica import LWS_NAME_MAX, Replica
-from plnt import labels
+from plnt import labels, workload_cluster
 from plnt.models.model_replica import ENGINE_CONTAINER, ReplicaEngine, ReplicaMember
 
 CLAIM_NAME = "devices"  # the pod-level claim holding every device request of a member
 MODEL_CACHE_VOLUME = "model-cache"
 MODEL_CACHE_MOUNT = "/models"
 READINESS_PATH = "/health"
-# Pools are tainted by role; a pod tolerates them all because its nodeSelector pins its pool.
-POOL_TAINTS = (labels.GPU, "nvidia.com/gpu", labels.CPU)
 
 
 def claim_template_name(replica: Replica, engine: ReplicaEngine, member: ReplicaMember) -> str:
@@ -154,7 +152,8 @@ def pod_template(replica: Replica, engine: ReplicaEngine, member: ReplicaMember)
     spec: dict[str, Any] = {
         "containers": containers,
         "nodeSelector": {labels.POOL: member.node_pool_name},
-        "tolerations": [{"key": key, "operator": "Exists"} for key in POOL_TAINTS],
+        # every pool taint: the nodeSelector, not a toleration, pins the pool
+        "tolerations": workload_cluster.pool_tolerations(),
     }
     init_containers = [staging.init_container(stage)] if stage else []
     if replica.prefill_decode and engine.phase == "Decode" and member.serves:

@@ -20,6 +20,10 @@ Design choices:
 - An endpoint with a malformed spec, or whose host is not a DNS name or IP address or is
   in-cluster, loopback or link-local (backends.refused_host), gets no traffic and a warning
   instead of failing the service.
+- The control-plane Gateway is a prerequisite plnt does not create (it is shared by every
+  ModelService, and its class is the platform's choice). While it is missing, or does not
+  accept the route, ``Routed`` is False and names it, so whoever waits on the service (a
+  WorkflowRun at Promoting) can say what is missing.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from plnt.models.model_service import ModelServiceSpec
 
 MODELPLANE = "modelplane.ai/v1alpha1"
 ROUTE = "route"
+NOT_ACCEPTED = "NotAccepted"  # Routed reason: the Gateway refuses the route
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -102,27 +107,63 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     }
     if host:
         status["url"] = f"http://{host}{path}"
-    routed = any(w > 0 for w in integers.values())
-    if routed:
-        message = f"{sum(1 for w in integers.values() if w)} endpoint(s) receive traffic"
-    elif held:
-        message = (
-            f"{len(held)} endpoint(s) of a first rollout wait for the latency gate "
-            f"({', '.join(held)}); the route answers 503"
-        )
-    else:
-        message = "no selected ModelEndpoint exists yet; the route answers 503"
     xp.set_status(rsp, status)
-    xp.set_conditions(
-        rsp,
-        xp.Condition(
-            conditions.ROUTED,
-            routed,
-            conditions.AVAILABLE if routed else conditions.NO_ENDPOINTS,
-            message,
-        ),
-    )
+    xp.set_conditions(rsp, routed_condition(gateway, gateways, seen.get(ROUTE), integers, held))
     return rsp
+
+
+def routed_condition(
+    gateway: dict[str, str],
+    gateways: list[dict[str, Any]] | None,
+    route: dict[str, Any] | None,
+    integers: dict[str, int],
+    held: list[str],
+) -> xp.Condition:
+    """Whether traffic flows, and if not, the first thing in its way: the Gateway, then the
+    Gateway's verdict on the route, then the endpoints (a first rollout's wait for the gate)."""
+    where = f"{gateway['namespace']}/{gateway['name']}"
+    if gateways is not None and not gateways:
+        return conditions.waiting(
+            conditions.ROUTED,
+            f"Gateway {where} not found: the route has no Gateway to attach to. plnt does not "
+            "create the control-plane Gateway: create it (docs/model-service.md) or set "
+            "spec.gatewayRef to one that exists",
+            conditions.MISSING_DEPENDENCY,
+        )
+    refusal = _refusal(route, gateway)
+    if refusal is not None:
+        return conditions.waiting(
+            conditions.ROUTED, f"Gateway {where} does not accept the route: {refusal}", NOT_ACCEPTED
+        )
+    receiving = sum(1 for w in integers.values() if w)
+    if not receiving and held:
+        return conditions.waiting(
+            conditions.ROUTED,
+            f"{len(held)} endpoint(s) of a first rollout wait for the latency gate "
+            f"({', '.join(held)}); the route answers 503",
+            conditions.NO_ENDPOINTS,
+        )
+    if not receiving:
+        return conditions.waiting(
+            conditions.ROUTED,
+            "no selected ModelEndpoint exists yet; the route answers 503",
+            conditions.NO_ENDPOINTS,
+        )
+    return conditions.available(conditions.ROUTED, f"{receiving} endpoint(s) receive traffic")
+
+
+def _refusal(route: dict[str, Any] | None, gateway: dict[str, str]) -> str | None:
+    """The reason and message of the Gateway's Accepted: False on the route, if it says so."""
+    for parent in ((route or {}).get("status") or {}).get("parents") or []:
+        ref = parent.get("parentRef") or {}
+        if ref.get("name") != gateway["name"]:
+            continue
+        if ref.get("namespace", gateway["namespace"]) != gateway["namespace"]:
+            continue
+        for cond in parent.get("conditions") or []:
+            if cond.get("type") == "Accepted" and cond.get("status") == "False":
+                return ": ".join(str(x) for x in (cond.get("reason"), cond.get("message")) if x)
+    return None
 
 
 def selected_endpoints(

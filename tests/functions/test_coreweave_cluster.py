@@ -26,8 +26,8 @@ SEED = REPO / "examples" / "coreweave-cluster"
 READY = REPO / "examples" / "coreweave-cluster-ready"
 INVALID = REPO / "tests" / "invalid" / "coreweaveclusters"
 TOKEN = "CW-SECRET-3f9d2a7c41b8e065d1c4a9f27b30e8d5-EXAMPLE-NOT-REAL"
-CPU_NODEPOOL = "nodepool-cpu-" + r.instance_hash("turin-gp")
-GPU_NODEPOOL = "nodepool-gpu-rtxp6000-" + r.instance_hash("rtxp6000-8x")
+CPU_NODEPOOL = "nodepool-cpu"
+GPU_NODEPOOL = "nodepool-gpu-rtxp6000"
 
 
 # --- harness ----------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def test_seed_example_composes_only_vpc_and_cks_cluster() -> None:
     assert status(rsp)["nodePools"] == [
         {
             "name": "gpu-rtxp6000",
-            "nodePoolName": "gpu-rtxp6000-" + r.instance_hash("rtxp6000-8x"),
+            "nodePoolName": "gpu-rtxp6000",
             "instanceType": "rtxp6000-8x",
             "ready": False,
         }
@@ -293,14 +293,14 @@ def test_node_pool_labels_and_taints(pool: str, labels_: dict, taint: dict) -> N
     assert spec["nodeTaints"] == [taint]
 
 
-def test_node_pools_carry_instance_type_and_hash_keyed_names() -> None:
+def test_node_pools_carry_instance_type_and_the_pool_name_verbatim() -> None:
     xr, observed, required = scenario(READY)
     rsp = run(xr, observed, required)
     gpu = manifest(rsp, GPU_NODEPOOL)
     assert gpu["apiVersion"] == "compute.coreweave.com/v1alpha1"
     assert gpu["kind"] == "NodePool"
     assert gpu["spec"]["instanceType"] == "rtxp6000-8x"
-    assert gpu["metadata"]["name"] == "gpu-rtxp6000-" + r.instance_hash("rtxp6000-8x")
+    assert gpu["metadata"]["name"] == "gpu-rtxp6000"  # seed 004: the pool's name, verbatim
     assert manifest(rsp, CPU_NODEPOOL)["spec"]["instanceType"] == "turin-gp"
 
 
@@ -358,7 +358,7 @@ def _pool(**fields: Any) -> dict[str, Any]:
 def test_node_counts(pool: dict, observed_target: int | None, expected: dict) -> None:
     xr, observed, required = scenario(READY)
     xr["spec"]["nodePools"] = [pool]
-    name = "nodepool-p-" + r.instance_hash("turin-gp")
+    name = "nodepool-p"
     if observed_target is not None:
         first = desired(run(xr, observed, required))[name]
         seen = ready_object(first, AT_TARGET)
@@ -382,29 +382,44 @@ def test_min_node_count_zero_is_raised_with_a_warning() -> None:
 def test_cpu_pool_ignores_gpu_settings() -> None:
     xr, observed, required = scenario(READY)
     xr["spec"]["nodePools"] = [_pool(gpu={"acceleratorType": "nvidia-h100"})]
-    spec = manifest(run(xr, observed, required), "nodepool-p-" + r.instance_hash("turin-gp"))
+    spec = manifest(run(xr, observed, required), "nodepool-p")
     assert spec["spec"]["nodeLabels"] == {labels.POOL: "p", labels.CPU: "true"}
 
 
-def test_changed_instance_type_replaces_the_pool() -> None:
+def test_changed_instance_type_keeps_the_pool_and_says_to_add_a_new_one() -> None:
+    """The XRD refuses this at admission; input that skipped admission never replaces a pool."""
     xr, observed, required = scenario(READY)
     before = run(xr, observed, required)
     observed = fully_ready(before, observed)
     xr["spec"]["nodePools"][1]["instanceType"] = "b200-8x"
     after = run(xr, observed, required)
-    new = "nodepool-gpu-rtxp6000-" + r.instance_hash("b200-8x")
-    assert GPU_NODEPOOL in desired(before)
-    assert GPU_NODEPOOL not in desired(after)  # Crossplane deletes the old pool
-    assert new in desired(after)
-    old_name = manifest(before, GPU_NODEPOOL)["metadata"]["name"]
-    new_name = manifest(after, new)["metadata"]["name"]
-    assert old_name != new_name
-    assert manifest(after, new)["spec"]["instanceType"] == "b200-8x"
-    assert manifest(after, new)["spec"]["nodeLabels"][labels.POOL] == "gpu-rtxp6000"
-    assert ready_flags(after)[new] is False
-    assert provisioned(after).message == "waiting for node pools: gpu-rtxp6000"
-    # the unchanged pool keeps its name and resource
-    assert manifest(after, CPU_NODEPOOL) == manifest(before, CPU_NODEPOOL)
+    assert sorted(desired(after)) == sorted(desired(before))  # nothing deleted or added
+    assert manifest(after, GPU_NODEPOOL) == manifest(before, GPU_NODEPOOL)
+    assert manifest(after, GPU_NODEPOOL)["spec"]["instanceType"] == "rtxp6000-8x"
+    cond = provisioned(after)
+    assert cond.status == fnv1.STATUS_CONDITION_FALSE
+    assert cond.reason == conditions.INVALID_SPEC
+    assert cond.message == (
+        "spec.nodePools[1].instanceType: node pool gpu-rtxp6000 runs rtxp6000-8x, and CKS can't "
+        "change an existing pool's instance type, so b200-8x is not applied: add a pool with it "
+        "under a new name instead"
+    )
+    warnings = [x.message for x in after.results if x.severity == fnv1.SEVERITY_WARNING]
+    assert warnings == [cond.message]
+    pool = next(p for p in status(after)["nodePools"] if p["name"] == "gpu-rtxp6000")
+    assert pool["instanceType"] == "rtxp6000-8x"
+
+
+def test_a_new_pool_under_a_new_name_is_added_beside_the_old_one() -> None:
+    xr, observed, required = scenario(READY)
+    observed = fully_ready(run(xr, observed, required), observed)
+    new_pool = {**xr["spec"]["nodePools"][1], "name": "gpu-b200", "instanceType": "b200-8x"}
+    xr["spec"]["nodePools"].append(new_pool)
+    rsp = run(xr, observed, required)
+    assert manifest(rsp, "nodepool-gpu-b200")["metadata"]["name"] == "gpu-b200"
+    assert manifest(rsp, "nodepool-gpu-b200")["spec"]["instanceType"] == "b200-8x"
+    assert manifest(rsp, GPU_NODEPOOL)["spec"]["instanceType"] == "rtxp6000-8x"
+    assert provisioned(rsp).message == "waiting for node pools: gpu-b200"
 
 
 # --- readiness and the Provisioned condition ---------------------------------------------

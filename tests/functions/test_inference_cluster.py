@@ -31,7 +31,8 @@ TIER_ONE = {
     "release-nvidia-dra-driver-gpu",
     "object-gateway-namespace",
 }
-EVERYTHING = TIER_ONE | {"release-kgateway", "object-gateway"}
+EVERYTHING = TIER_ONE | {"release-kgateway", "object-gateway-parameters", "object-gateway"}
+LATER = ("release-kgateway", "object-gateway-parameters", "object-gateway")
 
 
 def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
@@ -204,18 +205,21 @@ def test_no_nvidia_dra_driver_without_nvidia_gpus() -> None:
     [
         ([], TIER_ONE),
         (
-            ready_observed(drop=("release-kgateway", "object-gateway")),
-            TIER_ONE | {"release-kgateway"},
+            ready_observed(drop=LATER),
+            TIER_ONE | {"release-kgateway", "object-gateway-parameters"},
         ),
+        (ready_observed(drop=LATER, unready=("release-kgateway-crds",)), TIER_ONE),
         (
-            ready_observed(
-                drop=("release-kgateway", "object-gateway"), unready=("release-kgateway-crds",)
-            ),
-            TIER_ONE,
+            ready_observed(drop=LATER, unready=("object-gateway-namespace",)),
+            TIER_ONE | {"release-kgateway"},
         ),
         (
             ready_observed(drop=("object-gateway",), unready=("release-kgateway",)),
-            TIER_ONE | {"release-kgateway"},
+            TIER_ONE | {"release-kgateway", "object-gateway-parameters"},
+        ),
+        (
+            ready_observed(drop=("object-gateway",), unready=("object-gateway-parameters",)),
+            TIER_ONE | {"release-kgateway", "object-gateway-parameters"},
         ),
         (ready_observed(drop=("object-gateway",)), EVERYTHING),
         # Once it exists, the Gateway stays even when its controller turns unready.
@@ -225,7 +229,9 @@ def test_no_nvidia_dra_driver_without_nvidia_gpus() -> None:
         "nothing",
         "tier-one-ready",
         "crds-unready",
+        "namespace-unready",
         "kgateway-unready",
+        "parameters-unready",
         "kgateway-ready",
         "keeps-gateway",
     ],
@@ -277,6 +283,103 @@ def test_waiting_message_names_what_is_awaited() -> None:
     assert condition(rsp, "Provisioned").message == (
         "waiting for CoreWeaveCluster plnt-system/coreweave-us-east-04"
     )
+
+
+# --- the stack must be able to run on tainted pools, and never delete what it may share ---
+
+POOL_TOLERATIONS = [
+    {"key": "modelplane.ai/gpu", "operator": "Exists"},
+    {"key": "nvidia.com/gpu", "operator": "Exists"},
+    {"key": "modelplane.ai/cpu", "operator": "Exists"},
+]
+NVIDIA_NODE_TERMS = [
+    {"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]},
+    {
+        "key": "feature.node.kubernetes.io/cpu-model.vendor_id",
+        "operator": "In",
+        "values": ["NVIDIA"],
+    },
+    {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+]
+
+
+def values(resources: dict[str, dict], rname: str) -> dict:
+    return resources[rname]["spec"]["forProvider"].get("values") or {}
+
+
+@pytest.mark.parametrize("scenario", [READY, EXISTING], ids=["coreweave", "existing"])
+def test_every_component_that_runs_pods_tolerates_every_pool_taint(scenario) -> None:
+    """plnt taints every pool it makes, and a cluster may be one GPU pool (seed 004)."""
+    resources = composed(run(scenario.xr, scenario.required, ready_observed()))
+    # the chart's own key for its controller's pods: kgateway and lws read top-level tolerations
+    assert values(resources, "release-kgateway")["tolerations"] == POOL_TOLERATIONS
+    assert values(resources, "release-kgateway")["inferenceExtension"] == {"enabled": True}
+    assert values(resources, "release-leaderworkerset") == {"tolerations": POOL_TOLERATIONS}
+    # CRD-only charts run no pods: their values are untouched
+    assert "tolerations" not in values(resources, "release-gateway-api-crds")
+    assert "release-kgateway-crds" in resources
+    assert values(resources, "release-kgateway-crds") == {}
+    # kgateway deploys the Gateway's Envoy proxy from the GatewayParameters the Gateway names
+    params = resources["object-gateway-parameters"]["spec"]["forProvider"]["manifest"]
+    gateway = resources["object-gateway"]["spec"]["forProvider"]["manifest"]
+    assert params["apiVersion"] == "gateway.kgateway.dev/v1alpha1"
+    assert params["kind"] == "GatewayParameters"
+    assert params["metadata"]["namespace"] == gateway["metadata"]["namespace"]
+    assert gateway["spec"]["infrastructure"]["parametersRef"] == {
+        "group": "gateway.kgateway.dev",
+        "kind": "GatewayParameters",
+        "name": params["metadata"]["name"],
+    }
+    assert params["spec"] == {"kube": {"podTemplate": {"tolerations": POOL_TOLERATIONS}}}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "gpu_pools"),
+    [(READY, ["h100"]), (EXISTING, ["l40s"])],
+    ids=["coreweave", "existing"],
+)
+def test_the_dra_kubelet_plugin_runs_on_the_gpu_pools(scenario, gpu_pools: list[str]) -> None:
+    resources = composed(run(scenario.xr, scenario.required, ready_observed()))
+    dra = values(resources, "release-nvidia-dra-driver-gpu")
+    plugin = dra["kubeletPlugin"]
+    assert plugin["tolerations"] == POOL_TOLERATIONS
+    terms = plugin["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    # nodeSelectorTerms are ORed: plnt's GPU pools, or the chart's own GPU-node labels
+    assert terms == [
+        {
+            "matchExpressions": [
+                {"key": "modelplane.ai/pool", "operator": "In", "values": gpu_pools}
+            ]
+        },
+        *({"matchExpressions": [term]} for term in NVIDIA_NODE_TERMS),
+    ]
+    assert dra["resources"] == {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}}
+    assert dra["nvidiaDriverRoot"] == "/"
+
+
+def policies(resources: dict[str, dict]) -> dict[str, list[str]]:
+    return {n: r["spec"].get("managementPolicies", ["*"]) for n, r in resources.items()}
+
+
+@pytest.mark.parametrize("scenario", [READY, EXISTING], ids=["coreweave", "existing"])
+def test_namespaces_and_crds_are_never_deleted(scenario) -> None:
+    """plnt-system and the CRDs may be shared or pre-existing (an Existing cluster may be the
+    management cluster itself): deleting the InferenceCluster must leave them in place."""
+    got = policies(composed(run(scenario.xr, scenario.required, ready_observed())))
+    keep = ["Observe", "Create", "Update", "LateInitialize"]
+    kept = {
+        "object-gateway-namespace",  # the plnt-system Namespace
+        "object-inference-extension-crds",  # the InferencePool CRD
+        "release-gateway-api-crds",  # a chart that templates the Gateway API CRDs
+        "release-kgateway-crds",  # a chart that templates kgateway's CRDs
+    }
+    assert {n for n, p in got.items() if "Delete" not in p and p != ["*"]} == kept
+    assert all(got[n] == keep for n in kept)
+    # what only plnt made is deleted with the cluster: controllers, the Gateway, its parameters
+    for name in ("release-kgateway", "release-leaderworkerset", "object-gateway"):
+        assert got[name] == ["*"]
 
 
 # --- source Existing ------------------------------------------------------------------
@@ -446,3 +549,39 @@ def test_invalid_spec_is_fatal_naming_the_field(change, error: str) -> None:
     rsp = run(changed(COREWEAVE.xr, change), COREWEAVE.required)
     assert [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL] == [error]
     assert composed(rsp) == {}
+
+
+def test_a_class_edited_under_a_running_pool_keeps_the_pools_instance_type() -> None:
+    """CKS can't change a pool's instance type and the CoreWeaveCluster refuses the change at
+    admission (seed 004): the InferenceCluster keeps the pool as it runs and says what to do."""
+    required = copy.deepcopy(READY.required)
+    h100 = next(o for o in required if o["metadata"]["name"] == "nvidia-h100-8x")
+    h100["spec"]["provisioning"]["coreweave"]["instanceType"] = "gd-8xb200ib-i128"
+    rsp = run(READY.xr, required, ready_observed())
+    pools = {p["name"]: p for p in composed(rsp)["coreweavecluster"]["spec"]["nodePools"]}
+    assert pools["h100"]["instanceType"] == "gd-8xh100ib-i128"
+    assert pools["cpu"]["instanceType"] == "cd-gp-a192-genoa"
+    cond = condition(rsp, "Provisioned")
+    assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, "InstanceTypeHeld")
+    assert cond.message == (
+        'node pool "h100": InferenceClass "nvidia-h100-8x" now asks for instance type '
+        "gd-8xb200ib-i128, but the pool runs gd-8xh100ib-i128 and CKS can't change an existing "
+        "pool's instance type: add a pool under a new name for the new type (and remove this "
+        "one once its workloads have moved)"
+    )
+    warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+    assert warnings == [cond.message]
+    # a new pool of that class under a new name gets the new type
+    xr = copy.deepcopy(READY.xr)
+    xr["spec"]["nodePools"].append({**xr["spec"]["nodePools"][0], "name": "b200"})
+    pools = {
+        p["name"]: p["instanceType"]
+        for p in composed(run(xr, required, ready_observed()))["coreweavecluster"]["spec"][
+            "nodePools"
+        ]
+    }
+    assert pools == {
+        "h100": "gd-8xh100ib-i128",
+        "b200": "gd-8xb200ib-i128",
+        "cpu": "cd-gp-a192-genoa",
+    }

@@ -17,9 +17,9 @@ def test_xrd_declares_what_kubectl_shows() -> None:
     (version,) = xrd["spec"]["versions"]
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
-        "Replicas": ".spec.replicas",
-        "Ready": ".status.replicas.ready",
-        "Scheduled": ".status.conditions[?(@.type=='ReplicasScheduled')].reason",
+        "REPLICAS": ".spec.replicas",
+        "REPLICAS-READY": ".status.replicas.ready",
+        "SCHEDULED": ".status.conditions[?(@.type=='ReplicasScheduled')].reason",
     }
     replicas = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"]
     assert (replicas["default"], replicas["minimum"], replicas["maximum"]) == (1, 0, 1000)

@@ -68,23 +68,27 @@ def env(container: dict) -> dict[str, dict]:
 # --- the seed example: one Standalone engine, Unified serving ------------------------------
 
 
-def test_seed_example_composes_claim_deployment_service_and_route() -> None:
+SURFACE = {
+    "serving-inferencepool": "InferencePool",
+    "serving-epp-config": "ConfigMap",
+    "serving-epp-serviceaccount": "ServiceAccount",
+    "serving-epp-role": "Role",
+    "serving-epp-rolebinding": "RoleBinding",
+    "serving-epp-service": "Service",
+    "serving-epp-deployment": "Deployment",
+    "serving-httproute": "HTTPRoute",
+}
+
+
+def test_seed_example_composes_claim_deployment_pool_picker_and_route() -> None:
     rsp = run_scenario(QWEN)
     got = manifests(rsp)
     assert fatal(rsp) == ""
-    assert set(got) == {
-        "namespace",
-        "rct-qwen3-8b-standalone",
-        "workload-qwen3-8b",
-        "serving-service",
-        "serving-httproute",
-    }
-    assert {o["kind"] for o in got.values()} == {
-        "Namespace",
-        "ResourceClaimTemplate",
-        "Deployment",
-        "Service",
-        "HTTPRoute",
+    assert {name: m["kind"] for name, m in got.items()} == {
+        "namespace": "Namespace",
+        "rct-qwen3-8b-standalone": "ResourceClaimTemplate",
+        "workload-qwen3-8b": "Deployment",
+        **SURFACE,
     }
     for obj in composed(rsp).values():
         assert obj["apiVersion"] == "kubernetes.m.crossplane.io/v1alpha1"
@@ -149,13 +153,21 @@ def test_seed_example_deployment_pod() -> None:
     assert env(engine)["MODELPLANE_RANK"]["value"] == "0"
 
 
-def test_seed_example_service_and_route_on_the_cluster_gateway() -> None:
+def test_seed_example_inference_pool_and_route_on_the_cluster_gateway() -> None:
+    """Seed 002: Unified fronts the serving pods with an InferencePool too; the route targets it."""
     got = manifests(run_scenario(QWEN))
-    svc, route = got["serving-service"], got["serving-httproute"]
-    assert svc["spec"]["selector"] == {labels.REPLICA: "qwen3-8b-eks-l4-0", labels.SERVING: "true"}
-    assert svc["spec"]["ports"] == [
-        {"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"}
-    ]
+    pool, route = got["serving-inferencepool"], got["serving-httproute"]
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+    assert pool["metadata"]["name"] == "qwen3-8b-eks-l4-0"
+    assert pool["spec"] == {
+        "selector": {"matchLabels": {labels.REPLICA: "qwen3-8b-eks-l4-0", labels.SERVING: "true"}},
+        "targetPorts": [{"number": 8000}],
+        "endpointPickerRef": {
+            "name": got["serving-epp-service"]["metadata"]["name"],
+            "port": {"number": 9002},
+            "failureMode": "FailClose",
+        },
+    }
     (rule,) = route["spec"]["rules"]
     assert route["spec"]["parentRefs"] == [
         {
@@ -172,7 +184,44 @@ def test_seed_example_service_and_route_on_the_cluster_gateway() -> None:
         "type": "ReplacePrefixMatch",
         "replacePrefixMatch": "/",
     }
-    assert rule["backendRefs"] == [{"name": svc["metadata"]["name"], "port": 8000}]
+    assert rule["backendRefs"] == [
+        {
+            "group": "inference.networking.k8s.io",
+            "kind": "InferencePool",
+            "name": "qwen3-8b-eks-l4-0",
+        }
+    ]
+
+
+def test_seed_example_endpoint_picker_has_the_unified_profile() -> None:
+    got = manifests(run_scenario(QWEN))
+    config = yaml.safe_load(got["serving-epp-config"]["data"]["epp-config.yaml"])
+    assert config == serving.UNIFIED_EPP_CONFIG
+    (profile,) = config["schedulingProfiles"]
+    assert [p["pluginRef"] for p in profile["plugins"]] == [
+        "queue-scorer",
+        "kv-cache-utilization-scorer",
+        "prefix-cache-scorer",
+        "max-score-picker",
+    ]
+    assert {p["type"] for p in config["plugins"]} >= {"single-profile-handler"}
+    pod = got["serving-epp-deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == serving.EPP_IMAGE
+    assert container["args"][:2] == ["--pool-name=qwen3-8b-eks-l4-0", "--pool-namespace=ml-team"]
+    # the seed's cluster may be one tainted GPU pool: the picker must be able to run there
+    assert {t["key"] for t in pod["tolerations"]} == {labels.GPU, labels.CPU, "nvidia.com/gpu"}
+    assert all(t["operator"] == "Exists" and "effect" not in t for t in pod["tolerations"])
+
+
+def test_unified_pool_targets_the_engines_own_http_port() -> None:
+    xr = copy.deepcopy(QWEN.xr)
+    engine = xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
+    engine["ports"] = [{"name": "http", "containerPort": 8080}]
+    got = manifests(run(xr, QWEN.required))
+    assert got["serving-inferencepool"]["spec"]["targetPorts"] == [{"number": 8080}]
+    pod = got["workload-qwen3-8b"]["spec"]["template"]
+    assert engine_container(pod)["readinessProbe"]["httpGet"]["port"] == 8080
 
 
 def test_seed_example_waits_for_its_deployment() -> None:
@@ -208,7 +257,7 @@ def test_not_ready_while_copies_are_missing() -> None:
     workload["status"]["atProvider"]["manifest"]["status"]["availableReplicas"] = 0
     rsp = run(READY.xr, READY.required, observed)
     assert rsp.desired.resources["workload-qwen3-8b"].ready == fnv1.READY_FALSE
-    assert rsp.desired.resources["serving-service"].ready == fnv1.READY_TRUE
+    assert rsp.desired.resources["serving-inferencepool"].ready == fnv1.READY_TRUE
     assert "0/1 copies available" in condition(rsp, "WorkloadsReady").message
 
 
@@ -449,7 +498,7 @@ def test_workloads_wait_for_the_model_cache(required: list[dict], wants: str) ->
     assert fatal(rsp) == ""
     got = composed(rsp)
     assert "workload-qwen3-8b" not in got
-    assert {"rct-qwen3-8b-standalone", "serving-service", "serving-httproute"} <= set(got)
+    assert {"rct-qwen3-8b-standalone", *SURFACE} <= set(got)
     assert f"engine qwen3-8b waits for {wants}" in condition(rsp, "WorkloadsReady").message
 
 
@@ -499,14 +548,29 @@ def test_unknown_pool_is_a_warning() -> None:
     assert "workload-qwen3-8b" in rsp.desired.resources
 
 
-def test_endpoint_picker_under_unified_is_a_warning() -> None:
+def test_endpoint_picker_under_unified_is_honoured() -> None:
     xr = copy.deepcopy(QWEN.xr)
-    picker = {"name": "epp", "image": "registry.example.com/epp:v1"}
-    xr["spec"]["serving"] = {"endpointPicker": {"template": {"spec": {"containers": [picker]}}}}
+    picker = {"name": "epp", "image": "registry.example.com/epp:v1", "args": ["--v=2"]}
+    config = {"schedulingProfiles": [{"name": "default", "plugins": [{"pluginRef": "random"}]}]}
+    xr["spec"]["serving"] = {
+        "router": "EndpointPicker",
+        "endpointPicker": {"config": config, "template": {"spec": {"containers": [picker]}}},
+    }
     rsp = run(xr, QWEN.required)
-    warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
-    assert warnings == ["serving.endpointPicker is ignored: Unified serving has no endpoint picker"]
-    assert not any(name.startswith("serving-epp") for name in rsp.desired.resources)
+    assert [r.message for r in rsp.results] == []
+    got = manifests(rsp)
+    written = yaml.safe_load(got["serving-epp-config"]["data"]["epp-config.yaml"])
+    assert written == {**serving.UNIFIED_EPP_CONFIG, **config}  # top-level keys replace
+    (container,) = got["serving-epp-deployment"]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/epp:v1"
+    assert container["args"][-1] == "--v=2"
+    assert container["args"][0] == "--pool-name=qwen3-8b-eks-l4-0"
+
+
+def test_router_unset_and_endpoint_picker_render_the_same() -> None:
+    xr = copy.deepcopy(QWEN.xr)
+    xr["spec"]["serving"] = {"router": "EndpointPicker"}
+    assert manifests(run(xr, QWEN.required)) == manifests(run_scenario(QWEN))
 
 
 def test_unified_engines_must_share_one_http_port() -> None:

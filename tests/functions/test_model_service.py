@@ -173,14 +173,71 @@ def test_a_degraded_replicas_endpoint_is_absent_and_its_share_moves() -> None:
     }
 
 
+def _gateway() -> dict:
+    return copy.deepcopy(next(o for o in SCENARIO.required if o["kind"] == "Gateway"))
+
+
 def test_no_endpoints_means_not_routed_and_a_route_without_backends() -> None:
-    out = run(SCENARIO.xr, [])
+    gateway = _gateway()
+    del gateway["status"]
+    out = run(SCENARIO.xr, [gateway])
     cond = out.conditions["Routed"]
     assert cond.status == fnv1.STATUS_CONDITION_FALSE
     assert cond.reason == "NoEndpoints"
     assert out.desired["route"]["spec"]["rules"][0]["backendRefs"] == []
     assert out.status["weights"] == []
     assert "url" not in out.status, "no Gateway address and no hostname: no URL yet"
+
+
+def test_a_missing_gateway_is_named_in_routed() -> None:
+    """The control-plane Gateway is a prerequisite: waiting on it says so, never silently."""
+    required = [o for o in SCENARIO.required if o["kind"] != "Gateway"]
+    out = run(SCENARIO.xr, required)
+    cond = out.conditions["Routed"]
+    assert cond.status == fnv1.STATUS_CONDITION_FALSE
+    assert cond.reason == "MissingDependency"
+    assert cond.message == (
+        "Gateway plnt-system/plnt-gateway not found: the route has no Gateway to attach to. "
+        "plnt does not create the control-plane Gateway: create it (docs/model-service.md) or "
+        "set spec.gatewayRef to one that exists"
+    )
+    assert out.desired["route"]["spec"]["parentRefs"][0]["name"] == "plnt-gateway"
+    assert sum(weights_of(out).values()) == weights.TOTAL  # the route is ready to attach
+
+
+def test_a_route_the_gateway_refuses_is_named_in_routed() -> None:
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {
+            "name": "qwen3-8b",
+            "namespace": "ml-team",
+            "annotations": {xp.COMPOSITION_RESOURCE_NAME: "route"},
+        },
+        "status": {
+            "parents": [
+                {
+                    "parentRef": {"name": "plnt-gateway", "namespace": "plnt-system"},
+                    "controllerName": "istio.io/gateway-controller",
+                    "conditions": [
+                        {
+                            "type": "Accepted",
+                            "status": "False",
+                            "reason": "NotAllowedByListeners",
+                            "message": "no listener allows routes from namespace ml-team",
+                        }
+                    ],
+                }
+            ]
+        },
+    }
+    out = run(SCENARIO.xr, SCENARIO.required, [route])
+    cond = out.conditions["Routed"]
+    assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, "NotAccepted")
+    assert cond.message == (
+        "Gateway plnt-system/plnt-gateway does not accept the route: NotAllowedByListeners: "
+        "no listener allows routes from namespace ml-team"
+    )
 
 
 def test_hostnames_and_path_override_the_defaults() -> None:

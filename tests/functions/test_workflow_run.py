@@ -981,7 +981,7 @@ def test_seed_storage_uri_becomes_the_engines_weights_init_container() -> None:
     (deployment,) = [
         o["spec"]["forProvider"]["manifest"]
         for o in replica.composed
-        if o["spec"]["forProvider"]["manifest"]["kind"] == "Deployment"
+        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME].startswith("workload-")
     ]
     pod = deployment["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]

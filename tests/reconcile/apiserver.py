@@ -149,9 +149,10 @@ def install() -> None:
 
 
 class APIServer:
-    """etcd + kube-apiserver in a temp dir, ready, with the ModelDeployment CRD and RBAC."""
+    """etcd + kube-apiserver in a temp dir, ready, with the ModelDeployment CRD and RBAC
+    (``reconciler_fixtures=False``: a bare server, for tests that install their own CRDs)."""
 
-    def __init__(self, workdir: pathlib.Path) -> None:
+    def __init__(self, workdir: pathlib.Path, *, reconciler_fixtures: bool = True) -> None:
         gaps = missing()
         if gaps:
             raise RuntimeError(
@@ -162,6 +163,7 @@ class APIServer:
         self.dir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.procs: list[subprocess.Popen] = []
+        self.reconciler_fixtures = reconciler_fixtures
         try:
             self._boot(workdir)
         except BaseException:
@@ -216,6 +218,8 @@ class APIServer:
             timeout=10,
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
         )
+        if not self.reconciler_fixtures:
+            return
         for doc in yaml.safe_load_all(CRD.read_text()):
             self.create(doc)
         self.wait_established("modeldeployments.modelplane.ai")

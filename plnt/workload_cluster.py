@@ -1,0 +1,29 @@
+"""What every function composing onto a workload cluster shares: how plnt's pods get past the
+taints plnt puts on its pools, and which objects a delete must leave alone.
+
+Taints: CoreWeaveCluster taints GPU pools ``modelplane.ai/gpu`` and CPU pools
+``modelplane.ai/cpu`` (seed 004), and GPU nodes elsewhere commonly carry ``nvidia.com/gpu``
+(NVIDIA's GPU operator, managed node groups). A cluster may have no untainted node at all (the
+seed's cluster is one GPU pool), so everything plnt runs there tolerates all three; a pod that
+must land on one pool says so with its nodeSelector or affinity, never with a toleration.
+
+Deletes: a Namespace or CRD on a workload cluster may be shared with other replicas or other
+software, or may have existed before plnt (an Existing cluster can be the management cluster
+itself). Objects carrying one are composed with :data:`KEEP_ON_DELETE`: created and updated,
+never deleted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plnt import labels
+
+POOL_TAINTS = (labels.GPU, "nvidia.com/gpu", labels.CPU)
+# Crossplane management policies without Delete: deleting the composite orphans the object.
+KEEP_ON_DELETE = ["Observe", "Create", "Update", "LateInitialize"]
+
+
+def pool_tolerations() -> list[dict[str, Any]]:
+    """Tolerations (any effect) for every taint plnt's pools may carry."""
+    return [{"key": key, "operator": "Exists"} for key in POOL_TAINTS]
