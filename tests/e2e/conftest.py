@@ -6,6 +6,10 @@ Every test in this folder is in the xdist group "e2e" (`make test` runs pytest w
 
 from __future__ import annotations
 
+import os
+import pathlib
+import shutil
+
 import pytest
 
 from tests.e2e import stack
@@ -23,7 +27,14 @@ def plane(tmp_path_factory: pytest.TempPathFactory):
     gaps = stack.missing()
     if gaps:
         pytest.fail("the live control plane needs " + ", ".join(gaps) + ": run `make test`")
-    control_plane = stack.ControlPlane(tmp_path_factory.mktemp("e2e"))
+    keep = os.environ.get("PLNT_E2E_DIR")  # a fixed place for the logs, kept after the run
+    if keep:
+        workdir = pathlib.Path(keep)
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+    else:
+        workdir = tmp_path_factory.mktemp("e2e")
+    control_plane = stack.ControlPlane(workdir)
     try:
         yield control_plane
     finally:

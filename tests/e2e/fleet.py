@@ -54,6 +54,7 @@ def existing_cluster(name: str = CLUSTER, nodes: int = NODES) -> dict[str, Any]:
 
 def control_plane_gateway() -> list[dict[str, Any]]:
     return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "plnt-system"}},
         {
             "apiVersion": "gateway.networking.k8s.io/v1",
             "kind": "GatewayClass",

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import pathlib
 import shutil
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -178,7 +179,7 @@ class APIServer:
         )
         self.http = httpx.Client(
             base_url=self.url,
-            verify=str(workdir / "ca.crt"),
+            verify=ssl.create_default_context(cafile=str(workdir / "ca.crt")),
             timeout=30,
             headers={"Authorization": f"Bearer {self.admin_token}"},
         )

@@ -74,12 +74,20 @@ def wait_ready(
 
 
 def table(text: str) -> tuple[list[str], list[list[str]]]:
-    """`kubectl get` output as (header, rows), split on runs of two or more spaces."""
+    """`kubectl get` output as (header, rows). Cells are cut at the header's column starts,
+    so an empty cell stays an empty string."""
     import re
 
     lines = [line for line in text.splitlines() if line.strip()]
-    split = [re.split(r"\s{2,}", line.strip()) for line in lines]
-    return (split[0], split[1:]) if split else ([], [])
+    if not lines:
+        return [], []
+    starts = [m.start() for m in re.finditer(r"\S+", lines[0])]
+    bounds = [*starts[1:], None]
+
+    def cut(line: str) -> list[str]:
+        return [line[a:b].strip() for a, b in zip(starts, bounds, strict=True)]
+
+    return cut(lines[0]), [cut(line) for line in lines[1:]]
 
 
 def events_for(api: APIServer, namespace: str | None, name: str) -> list[dict[str, Any]]:

@@ -58,7 +58,6 @@ CHART_OBJECTS: dict[str, tuple[str, ...]] = {
         "gateway.networking.k8s.io_referencegrants.yaml",
     ),
     "lws": ("leaderworkerset.x-k8s.io_leaderworkersets.yaml",),
-    "kgateway-crds": ("inference.networking.x-k8s.io_inferenceobjectives.yaml",),
 }
 GATEWAY_CLASS = {
     "apiVersion": "gateway.networking.k8s.io/v1",
@@ -72,31 +71,45 @@ NVIDIA_DEVICE_CLASS = {
     "metadata": {"name": "gpu.nvidia.com"},
     "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
 }
-# CKS's NodePool CRD is CoreWeave's; no schema is published, so the workload clusters get a
-# schemaless one with the status subresource, which is all provider-kubernetes needs.
-NODEPOOL_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "nodepools.compute.coreweave.com"},
-    "spec": {
-        "group": "compute.coreweave.com",
-        "scope": "Cluster",
-        "names": {"kind": "NodePool", "plural": "nodepools", "singular": "nodepool"},
-        "versions": [
-            {
-                "name": "v1alpha1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
+
+
+def schemaless_crd(group: str, version: str, kind: str, scope: str) -> dict[str, Any]:
+    """A CRD accepting any body, with the status subresource: a stand-in for CRDs whose
+    schema is not to be had here (provider-kubernetes needs only the kind to exist)."""
+    plural = kind.lower() + "s"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+# CKS's NodePool CRD is CoreWeave's own; kgateway-crds installs GatewayParameters (among
+# others). Neither schema is in ../shared/crds.
+NODEPOOL_CRD = schemaless_crd("compute.coreweave.com", "v1alpha1", "NodePool", "Cluster")
+CHART_CRDS = {
+    "kgateway-crds": [
+        schemaless_crd("gateway.kgateway.dev", "v1alpha1", "GatewayParameters", "Namespaced")
+    ],
 }
 # CKS ships a shared-vast StorageClass on every cluster; a CoreWeaveCluster copies it.
 SHARED_VAST = {
@@ -115,15 +128,19 @@ SHARED_VAST = {
 STAGING_SECONDS = 8.0
 
 
-def condition(typ: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
-    out = {
+def condition(
+    typ: str, status: str, reason: str, message: str = "", generation: int | None = None
+) -> dict[str, Any]:
+    """A metav1.Condition (Gateway API requires the message, possibly empty)."""
+    out: dict[str, Any] = {
         "type": typ,
         "status": status,
         "reason": reason,
+        "message": message,
         "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    if message:
-        out["message"] = message
+    if generation is not None:
+        out["observedGeneration"] = generation
     return out
 
 
@@ -160,33 +177,39 @@ class Simulator:
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
-            try:
-                self.step()
-            except Exception:  # a stand-in must not die on a transient API error
-                self.errors.append(traceback.format_exc())
-                del self.errors[:-20]
+            for stand_in in self.stand_ins():
+                try:
+                    stand_in()
+                except Exception:  # a stand-in must not die on a transient API error
+                    self._log(traceback.format_exc())
             self.stopping.wait(0.5)
 
-    def step(self) -> None:
+    def _log(self, error: str) -> None:
+        self.errors.append(error)
+        del self.errors[:-20]
+        with (self.plane.dir / "logs" / "simulator.log").open("a") as log_file:
+            log_file.write(time.strftime("%H:%M:%S ") + error + "\n")
+
+    def stand_ins(self) -> list[Any]:
+        """One pass of every stand-in, each on its own so one failure stops no other."""
         mgmt = self.plane.mgmt
-        for vpc in mgmt.list(*VPC):
-            self._coreweave_vpc(vpc)
-        for cluster in mgmt.list(*CKS_CLUSTER):
-            self._cks_cluster(cluster)
-        for release in mgmt.list(*RELEASE):
-            self._helm_release(release)
-        for gateway in mgmt.list(*GATEWAY):
-            self._gateway(mgmt, gateway)
+        out: list[Any] = [
+            lambda: [self._coreweave_vpc(v) for v in mgmt.list(*VPC)],
+            lambda: [self._cks_cluster(c) for c in mgmt.list(*CKS_CLUSTER)],
+            lambda: [self._helm_release(r) for r in mgmt.list(*RELEASE)],
+            lambda: [self._gateway(mgmt, g) for g in mgmt.list(*GATEWAY)],
+        ]
         for api in list(self.plane.workloads.values()):
-            for pool in api.list(*NODEPOOL):
-                self._node_pool(api, pool)
-            for gateway in api.list(*GATEWAY):
-                self._gateway(api, gateway)
+            out += [
+                lambda api=api: [self._node_pool(api, p) for p in api.list(*NODEPOOL)],
+                lambda api=api: [self._gateway(api, g) for g in api.list(*GATEWAY)],
+            ]
             if not self.kubelet_paused.is_set():
-                for deployment in api.list(*DEPLOYMENT):
-                    self._deployment(api, deployment)
-                for lws in api.list(*LWS):
-                    self._leader_worker_set(api, lws)
+                out += [
+                    lambda api=api: [self._deployment(api, d) for d in api.list(*DEPLOYMENT)],
+                    lambda api=api: [self._leader_worker_set(api, w) for w in api.list(*LWS)],
+                ]
+        return out
 
     # --- provider-coreweave -----------------------------------------------------------------
 
@@ -268,6 +291,7 @@ class Simulator:
         name = chart.get("name", "")
         if (target.name, name) not in self.installed:
             docs = [d for f in CHART_OBJECTS.get(name, ()) for d in _shared_crd(f)]
+            docs += CHART_CRDS.get(name, [])
             if docs:
                 target.create_crds(docs)
             if name == "kgateway":
@@ -331,8 +355,8 @@ class Simulator:
             {
                 "addresses": [{"type": "IPAddress", "value": address}],
                 "conditions": [
-                    condition("Accepted", "True", "Accepted"),
-                    condition("Programmed", "True", "Programmed"),
+                    condition("Accepted", "True", "Accepted", "", meta.get("generation")),
+                    condition("Programmed", "True", "Programmed", "", meta.get("generation")),
                 ],
             },
         )
