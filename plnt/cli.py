@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import pathlib
 import sys
 from collections.abc import Sequence
+
+# Where Crossplane's package runtime tells a function its server certificates are (/tls/server).
+TLS_CERTS_ENV = "TLS_SERVER_CERTS_DIR"
 
 # Subcommands with their own argument parsers: name -> (module with main(argv), help).
 DELEGATED = {
@@ -37,13 +41,16 @@ def _function(args: argparse.Namespace) -> int:
     except runtime.UnknownFunction as err:
         print(f"plnt function: {err}", file=sys.stderr)
         return 2
-    if not args.insecure and not args.tls_certs_dir:
-        print("plnt function: give --insecure or --tls-certs-dir DIR", file=sys.stderr)
+    # As in Crossplane's function template: --insecure ignores any certificate directory.
+    certs = None if args.insecure else args.tls_certs_dir
+    if not args.insecure and not certs:
+        print(
+            f"plnt function: give --insecure or --tls-certs-dir DIR (or set {TLS_CERTS_ENV})",
+            file=sys.stderr,
+        )
         return 2
     try:
-        runtime.serve(
-            args.name, args.address, insecure=args.insecure, tls_certs_dir=args.tls_certs_dir
-        )
+        runtime.serve(args.name, args.address, insecure=args.insecure, tls_certs_dir=certs)
     except OSError as err:
         print(f"plnt function: cannot load TLS certificates: {err}", file=sys.stderr)
         return 2
@@ -94,9 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     fn = sub.add_parser("function", help="serve one composition function over gRPC")
     fn.add_argument("name", help="function name, e.g. function-model-replica")
     fn.add_argument("--address", default="0.0.0.0:9443", help="HOST:PORT to listen on")
-    mode = fn.add_mutually_exclusive_group()
-    mode.add_argument("--insecure", action="store_true", help="serve without TLS (local use)")
-    mode.add_argument("--tls-certs-dir", help="directory with tls.crt, tls.key and ca.crt (mTLS)")
+    fn.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve without TLS (local use); any certificate directory is ignored",
+    )
+    fn.add_argument(
+        "--tls-certs-dir",
+        default=os.environ.get(TLS_CERTS_ENV) or None,
+        help=f"directory with tls.crt, tls.key and ca.crt for mTLS (default: ${TLS_CERTS_ENV}, "
+        "which Crossplane sets to /tls/server)",
+    )
     fn.add_argument("--debug", action="store_true", help="log at debug level")
     fn.set_defaults(handler=_function)
 

@@ -26,7 +26,9 @@ from google.protobuf import struct_pb2
 from plnt import runtime, xp
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-COMPOSITIONS_DIR = REPO_ROOT / "compositions"
+# Shipped inside the package (plnt/compositions links to the repository's compositions/), so
+# render works from an installed wheel as well as from a checkout.
+COMPOSITIONS_DIR = pathlib.Path(__file__).parent / "compositions"
 MAX_REQUIREMENT_ITERATIONS = 5  # what Crossplane allows before it gives up
 CONDITION_TIME = "2024-01-01T00:00:00Z"  # crossplane render's fixed lastTransitionTime
 COMPOSITE_LABEL = "crossplane.io/composite"

@@ -11,6 +11,7 @@ interval until SIGTERM, serving /healthz and /readyz.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import re
 import signal
@@ -93,6 +94,12 @@ def main(argv: Sequence[str]) -> int:
     problem = _check(args)
     if problem:
         sys.stderr.write(f"plnt reconcile: {problem}" + "\n")
+        return 2
+    if importlib.util.find_spec("kubernetes") is None:
+        # Function images leave the Kubernetes client out; only the reconciler needs it.
+        sys.stderr.write(
+            "plnt reconcile: needs the reconciler extra: pip install 'plnt[reconciler]'\n"
+        )
         return 2
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,

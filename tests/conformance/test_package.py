@@ -62,25 +62,57 @@ def _package_yaml(xpkg: pathlib.Path) -> str:
     raise AssertionError("no package.yaml layer in the built package")
 
 
+REGISTRY = "xpkg.crossplane.io/plnt/"
+ANNOTATIONS = (
+    "meta.crossplane.io/maintainer",
+    "meta.crossplane.io/source",
+    "meta.crossplane.io/license",
+)
+
+
 def test_every_function_is_packaged_and_depended_on() -> None:
     config = yaml.safe_load((REPO / "crossplane.yaml").read_text())
     assert config["apiVersion"] == "meta.pkg.crossplane.io/v1"
-    assert config["spec"]["crossplane"]["version"].startswith(">=v2")
-    deps = {d.get("function", d.get("provider")): d["version"] for d in config["spec"]["dependsOn"]}
+    # ModelDeployment's scale subresource needs Crossplane v2.3.
+    assert config["spec"]["crossplane"]["version"] == ">=v2.3.0"
+    # Crossplane v2's dependency form; the function:/provider: keys are deprecated.
+    deps = config["spec"]["dependsOn"]
+    for dep in deps:
+        assert set(dep) == {"apiVersion", "kind", "package", "version"}, dep
+        assert dep["apiVersion"] == "pkg.crossplane.io/v1", dep
+        assert ":" not in dep["package"].rsplit("/", 1)[-1], "the version is not in the package"
+        assert dep["version"].startswith("v"), f"{dep['package']} is pinned"
+    by_package = {d["package"]: d for d in deps}
     names = runtime.function_names()
+    expected_annotations = {k: config["metadata"]["annotations"][k] for k in ANNOTATIONS}
     for name in names:
-        assert deps.get(f"xpkg.crossplane.io/plnt/{name}"), f"crossplane.yaml lacks {name}"
+        dep = by_package.get(f"{REGISTRY}{name}")
+        assert dep, f"crossplane.yaml lacks {name}"
+        assert dep["kind"] == "Function"
         meta = yaml.safe_load((REPO / "package" / name / "crossplane.yaml").read_text())
-        assert (meta["apiVersion"], meta["kind"]) == ("meta.pkg.crossplane.io/v1beta1", "Function")
+        assert (meta["apiVersion"], meta["kind"]) == ("meta.pkg.crossplane.io/v1", "Function")
         assert meta["metadata"]["name"] == name
+        assert meta["spec"]["capabilities"] == ["composition"]
+        annotations = meta["metadata"]["annotations"]
+        assert {k: annotations.get(k) for k in ANNOTATIONS} == expected_annotations, name
         docker = (REPO / "package" / name / "Dockerfile").read_text()
-        assert "FROM plnt/function-base:" in docker
-        assert f'CMD ["{name}", "--tls-certs-dir", "/tls"]' in docker
+        assert f"FROM {REGISTRY}function-base:" in docker
+        # Crossplane mounts the certificates at /tls/server and says so in
+        # TLS_SERVER_CERTS_DIR, which `plnt function` reads: the image names no directory.
+        assert docker.rstrip().endswith(f'CMD ["{name}"]'), docker
     base = (REPO / "package" / "Dockerfile.base").read_text()
     assert 'ENTRYPOINT ["plnt", "function"]' in base
+    assert "reconciler]" not in base, "function images leave the Kubernetes client out"
+    providers = [d for d in deps if d["kind"] == "Provider"]
     for provider in ("provider-kubernetes", "provider-helm", "provider-coreweave"):
-        assert any(k.endswith(provider) for k in deps), provider
-    assert all(v.startswith("v") for v in deps.values()), "every dependency is pinned"
+        assert any(d["package"].endswith(provider) for d in providers), provider
+
+    # One registry path for every plnt image: functions, Configuration, reconciler.
+    deployment = yaml.safe_load((REPO / "package/reconciler/deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"].startswith(REGISTRY), container["image"]
+    install = (REPO / "crossplane.yaml").read_text()
+    assert f"{REGISTRY}{config['metadata']['name']}:" in install
 
     # Compositions only reference functions this distribution serves.
     for composition in render.compositions().values():
