@@ -216,8 +216,14 @@ def pinned_environment() -> str:
 def wheelhouse() -> pathlib.Path:
     """Every dependency's wheel for the image's Python (cp311, x86_64 glibc), plus pip itself."""
     constraints = pinned_environment()
-    project = (ROOT / "pyproject.toml").read_text()
-    path = BUILD / f"wheels-{digest(constraints, project)}"
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    # Only what decides the set of wheels: the pins and the declared requirements.
+    wanted = {
+        "dependencies": pyproject["project"]["dependencies"],
+        "reconciler": pyproject["project"]["optional-dependencies"]["reconciler"],
+        "build": pyproject["build-system"]["requires"],
+    }
+    path = BUILD / f"wheels-{digest(constraints, json.dumps(wanted, sort_keys=True))}"
     if path.is_dir():
         return path
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=".wheels-", dir=BUILD))
@@ -230,8 +236,16 @@ def wheelhouse() -> pathlib.Path:
     )
     run(sys.executable, *pip, "download", "--quiet", "--no-deps", "-d", tmp, f"pip=={pip_version}")
     # The build backend too, so building plnt's own wheel on every run needs no index.
-    backend = tomllib.loads(project)["build-system"]["requires"]
-    run(sys.executable, *pip, "download", "--quiet", "--only-binary=:all:", "-d", tmp, *backend)
+    run(
+        sys.executable,
+        *pip,
+        "download",
+        "--quiet",
+        "--only-binary=:all:",
+        "-d",
+        tmp,
+        *wanted["build"],
+    )
     for own in tmp.glob("plnt-*.whl"):
         own.unlink()  # built fresh on every run
     return replace_atomically(tmp, path)
@@ -356,7 +370,8 @@ class Layers:
 def python_layers(base: pathlib.Path, wheels: pathlib.Path, wheel: pathlib.Path) -> Layers:
     runtime_reqs, reconciler_reqs = requirements(wheel)
     cache = BUILD / "layers"
-    deps = cache / f"deps-{digest(base.name, wheels.name, *runtime_reqs)}.tar"
+    available = sorted(p.name for p in wheels.glob("*.whl"))
+    deps = cache / f"deps-{digest(base.name, *available, *runtime_reqs)}.tar"
     rdeps = cache / f"reconciler-deps-{digest(deps.name, *reconciler_reqs)}.tar"
     own = cache / f"plnt-{digest(deps.name, wheel_digest(wheel))}.tar"
     if not (deps.is_file() and rdeps.is_file() and own.is_file()):
@@ -517,6 +532,7 @@ def build_function(
         CRANK, "xpkg", "build", "--package-root", ROOT / "package" / name,
         "--examples-root", empty, "--embed-runtime-image-tarball", tarball, "--package-file", out,
     )  # fmt: skip
+    tarball.unlink()  # the xpkg holds the same blobs
     return out
 
 

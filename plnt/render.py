@@ -106,6 +106,15 @@ def load_folder(path: pathlib.Path) -> list[dict[str, Any]]:
     return [doc for f in files for doc in load_yaml_docs(f)]
 
 
+def load_path(path: pathlib.Path) -> list[dict[str, Any]]:
+    """A YAML file or a folder of them (as crossplane render's resource flags take)."""
+    if path.is_dir():
+        return load_folder(path)
+    if path.is_file():
+        return load_yaml_docs(path)
+    raise ScenarioError(f"{path}: no such file or folder")
+
+
 def load_scenario(path: pathlib.Path) -> Scenario:
     xr_file = path / "xr.yaml"
     if not path.is_dir():

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="plnt reconcile", description="scale ModelDeployments toward a token rate"
+        prog="plnt reconcile",
+        description="scale ModelDeployments toward a token rate",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube)")
     p.add_argument(

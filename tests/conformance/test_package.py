@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pathlib
-import shutil
+import subprocess
+import sys
 import tarfile
+import tomllib
 
 import yaml
 
@@ -14,32 +16,32 @@ from tests.conformance import crossplane_cli
 REPO = crossplane_cli.REPO
 
 
-def test_configuration_package_builds(crank: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    root = tmp_path / "package"
-    root.mkdir()
-    shutil.copy(REPO / "crossplane.yaml", root)
-    shutil.copytree(REPO / "apis", root / "apis")
-    shutil.copytree(REPO / "compositions", root / "compositions")
-    out = tmp_path / "plnt.xpkg"
-    proc = crossplane_cli.run(
-        crank,
-        "xpkg",
-        "build",
-        "--package-root",
-        str(root),
-        "--examples-root",
-        str(REPO / "examples"),
-        "--package-file",
-        str(out),
-    )
+def test_configuration_package_builds_at_the_repository_root(tmp_path: pathlib.Path) -> None:
+    """`make package` runs the real `crossplane xpkg build` at the repository root, the way a
+    user would, not on a copied folder: every YAML file that is not part of the package (the
+    reconciler's manifests, test fixtures, anything in .venv/) is ignored by name."""
+    stray = REPO / "build" / "package" / "stray-test-manifest.yaml"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n")
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "hack/package.py"), "--dist", str(tmp_path),
+             "--only", "configuration"],
+            capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+    finally:
+        stray.unlink()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert out.stat().st_size > 0
+    version = "v" + tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    out = tmp_path / f"configuration-plnt-{version}.xpkg"
 
-    # The package's YAML stream holds every XRD and Composition.
+    # The package's YAML stream holds the Configuration, every XRD and Composition, nothing else.
     body = _package_yaml(out)
     kinds = [d["kind"] for d in yaml.safe_load_all(body) if d]
+    assert kinds.count("Configuration") == 1
     assert kinds.count("CompositeResourceDefinition") == len(crossplane_cli.xrd_files())
     assert kinds.count("Composition") == len(list((REPO / "compositions").glob("*.yaml")))
+    assert len(kinds) == 1 + kinds.count("CompositeResourceDefinition") + kinds.count("Composition")
 
 
 def _package_yaml(xpkg: pathlib.Path) -> str:

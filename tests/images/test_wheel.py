@@ -47,6 +47,13 @@ def test_render_from_an_installed_wheel(built: Built, tmp_path: pathlib.Path) ->
     assert rendered.stdout == want
     assert "kind: ModelDeployment" in rendered.stdout and "kind: ModelReplica" in rendered.stdout
 
+    # `plnt validate` finds the XRDs inside the package too.
+    xrds = _run(
+        [venv / "bin/python", "-c", "from plnt import validate; print(len(validate.xrd_files()))"],
+        tmp_path,
+    )
+    assert xrds.stdout.strip() == str(len(list(REPO.glob("apis/*/definition.yaml"))))
+
     # Only the reconciler needs the Kubernetes client: it is an extra, and says so when absent.
     kube = _run([venv / "bin/python", "-c", "import kubernetes"], tmp_path)
     assert kube.returncode != 0
