@@ -122,3 +122,46 @@ def test_every_function_is_packaged_and_depended_on() -> None:
             ref = step["functionRef"]["name"]
             assert ref.startswith(runtime.INSTALLED_PREFIX)
             assert ref.removeprefix(runtime.INSTALLED_PREFIX) in names, ref
+
+
+def test_control_plane_prerequisites_match_what_plnt_composes() -> None:
+    """package/control-plane holds what plnt needs but does not compose: the Gateway ModelService
+    routes through by default, and RBAC for the plain kinds Crossplane composes on the control
+    plane (anything that is neither a provider's kind nor plnt's own XR)."""
+    docs = render.load_yaml_docs(REPO / "package/control-plane/gateway.yaml")
+    (gateway,) = [d for d in docs if d["kind"] == "Gateway"]
+    out = render.render(render.load_scenario(REPO / "examples/model-service"), tree=True)
+    routes = [o for node in out.tree() for o in node.composed if o["kind"] == "HTTPRoute"]
+    assert routes
+    for route in routes:
+        (parent,) = route["spec"]["parentRefs"]
+        assert (parent["namespace"], parent["name"]) == (
+            gateway["metadata"]["namespace"],
+            gateway["metadata"]["name"],
+        )
+    assert gateway["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["from"] == "All"
+
+    (role,) = render.load_yaml_docs(REPO / "package/control-plane/crossplane-rbac.yaml")
+    assert role["metadata"]["labels"]["rbac.crossplane.io/aggregate-to-crossplane"] == "true"
+    granted = {
+        (g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    plnt_groups = {k[0].split("/")[0] for k in render.compositions()}
+    # Crossplane's own ClusterRole already grants core Services; providers' kinds come with them.
+    for folder in render.scenario_folders(REPO / "examples"):
+        for node in render.render(render.load_scenario(folder), tree=True).tree():
+            for obj in node.composed:
+                group = obj["apiVersion"].rpartition("/")[0]
+                if group in plnt_groups or group.endswith(".crossplane.io") or group == "":
+                    continue
+                assert (group, _plural(obj["kind"])) in granted, (
+                    f"{folder.name}: {obj['kind']} ({group})"
+                )
+
+
+def _plural(kind: str) -> str:
+    """The resource name the API server uses for these kinds (Kubernetes' own rule of thumb)."""
+    lower = kind.lower()
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    return lower + ("es" if lower.endswith("s") else "s")

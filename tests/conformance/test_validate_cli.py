@@ -29,19 +29,27 @@ def plnt_validate(crank: pathlib.Path, tmp: pathlib.Path, *paths: pathlib.Path):
 def test_examples_xrds_and_compositions_validate(
     crank: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    proc = plnt_validate(crank, tmp_path, REPO / "examples")
+    gateway = REPO / "package" / "control-plane" / "gateway.yaml"
+    proc = plnt_validate(crank, tmp_path, REPO / "examples", gateway)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = re.search(r"Total (\d+) resources: (\d+) missing schemas, (\d+) success cases, "
                         r"(\d+) failure cases", proc.stdout)  # fmt: skip
     assert summary, proc.stdout
     total, missing, success, failures = map(int, summary.groups())
-    examples = sum(len(render.load_path(f)) for f in [REPO / "examples"])
+    examples = len(render.load_path(REPO / "examples")) + len(render.load_path(gateway))
     xrds = len(crossplane_cli.xrd_files())
     compositions = len(render.compositions())
     assert total == examples + xrds + compositions
     assert failures == 0 and success == total - missing
     assert missing < examples, "most example documents must have a schema to be checked against"
-    for kind in ("CompositeResourceDefinition", "Composition", "WorkflowRun", "ModelDeployment"):
+    kinds = (
+        "CompositeResourceDefinition",
+        "Composition",
+        "WorkflowRun",
+        "ModelDeployment",
+        "Gateway",
+    )
+    for kind in kinds:
         assert f"Kind={kind}," in proc.stdout, kind
 
 
