@@ -523,8 +523,12 @@ def build_function(
         "--config.entrypoint", "plnt", "--config.entrypoint", "function",
         "--config.cmd", name, "--config.exposedports", FUNCTION_PORT,
     )  # fmt: skip
-    tarball = layout.docker_archive(tag, release.image(name), BUILD / "images" / f"{name}.tar")
     out = dist / f"{name}-{release.version}.xpkg"
+    meta = (ROOT / "package" / name / "crossplane.yaml").read_bytes()
+    key = digest(json.dumps(layout.manifest(tag), sort_keys=True), meta, release.image(name))
+    if _up_to_date(out, key):
+        return out
+    tarball = layout.docker_archive(tag, release.image(name), BUILD / "images" / f"{name}.tar")
     # No examples for a Function package: point crank at an empty folder, not ./examples.
     empty = BUILD / "no-examples"
     empty.mkdir(parents=True, exist_ok=True)
@@ -533,7 +537,23 @@ def build_function(
         "--examples-root", empty, "--embed-runtime-image-tarball", tarball, "--package-file", out,
     )  # fmt: skip
     tarball.unlink()  # the xpkg holds the same blobs
+    _stamp(out, key)
     return out
+
+
+def _up_to_date(out: pathlib.Path, key: str) -> bool:
+    """Whether ``out`` was built from exactly these inputs (so reruns skip rewriting it)."""
+    stamp = _stamp_path(out)
+    return out.is_file() and stamp.is_file() and stamp.read_text() == key
+
+
+def _stamp(out: pathlib.Path, key: str) -> None:
+    _stamp_path(out).parent.mkdir(parents=True, exist_ok=True)
+    _stamp_path(out).write_text(key)
+
+
+def _stamp_path(out: pathlib.Path) -> pathlib.Path:
+    return BUILD / "stamps" / f"{out.name}.{digest(str(out.resolve()))}"
 
 
 def build_reconciler(
@@ -545,7 +565,12 @@ def build_reconciler(
         "--config.entrypoint", "plnt", "--config.cmd", "reconcile",
         "--config.exposedports", RECONCILER_PORT,
     )  # fmt: skip
-    return layout.docker_archive(tag, release.image(name), dist / f"{name}-{release.version}.tar")
+    out = dist / f"{name}-{release.version}.tar"
+    key = digest(json.dumps(layout.manifest(tag), sort_keys=True), release.image(name))
+    if not _up_to_date(out, key):
+        layout.docker_archive(tag, release.image(name), out)
+        _stamp(out, key)
+    return out
 
 
 # --- the command -----------------------------------------------------------------------------
