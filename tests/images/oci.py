@@ -21,12 +21,14 @@ The API, for any test (the e2e control plane included)::
   unchanged, and ``umoci unpack`` (Debian's) makes the runtime bundle: ``rootfs/`` and the
   ``config.json`` it derives from the image config (entrypoint, command, user, environment).
 - ``start_function(bundle, *, cert_dir, port, netns, workdir, runtime="runc", host="0.0.0.0",
-  log=None) -> RunningFunction``: copies ``cert_dir``'s tls.crt, tls.key and ca.crt into a
-  folder the container's user owns (as a Secret volume would be), writes the bundle's
+  user=None, log=None) -> RunningFunction``: copies ``cert_dir``'s tls.crt, tls.key and ca.crt
+  into a folder the container's user owns (as a Secret volume would be), writes the bundle's
   config.json for this run (read-only root, the certificate bind mount, TLS_SERVER_CERTS_DIR,
   ``--address host:port``, the network namespace at path ``netns``) and starts ``runc run`` (or
   ``crun run``) in the foreground. ``host`` is inside that private namespace, so 0.0.0.0 reaches
-  only its loopback addresses (and any 127.0.0.x a hosts entry names).
+  only its loopback addresses (and any 127.0.0.x a hosts entry names). ``user`` overrides the
+  image's (uid, gid): Crossplane's package runtime runs function pods as 2000:2000.
+  ``tests.robustness.certs.make(dir, dns_names=[...])`` writes a matching cert_dir.
 - ``RunningFunction``: ``process`` (the runtime's Popen; it forwards signals to the container),
   ``container_id``, ``pid()`` (the function's own process id, as the host sees it),
   ``wait_listening(timeout)``, ``stop()`` (SIGTERM through the runtime, then ``delete --force``
@@ -254,10 +256,13 @@ def start_function(
     workdir: pathlib.Path,
     runtime: str = "runc",
     host: str = "0.0.0.0",
+    user: tuple[int, int] | None = None,
     log: IO[str] | None = None,
 ) -> RunningFunction:
     """Starts the bundle's function under ``runtime``; see the module docstring."""
     config = bundle.config()
+    if user is not None:
+        config["process"]["user"] = {"uid": user[0], "gid": user[1]}
     uid, gid = config["process"]["user"]["uid"], config["process"]["user"]["gid"]
     container_id = f"plnt-{uuid.uuid4().hex[:12]}"
     certs = workdir / f"certs-{container_id}"

@@ -15,6 +15,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
@@ -79,10 +80,19 @@ def _call(
     )
 
 
+@pytest.fixture(scope="module")
+def bundle(built: Built, tmp_path_factory: pytest.TempPathFactory) -> oci.Bundle:
+    return oci.unpack(built.artifact(FUNCTION), tmp_path_factory.mktemp("image"))
+
+
+# The image's own user, and the one Crossplane's package runtime sets on function pods.
+USERS = {"image-user": None, "crossplane-user": (2000, 2000)}
+
+
+@pytest.mark.parametrize("user", USERS.values(), ids=USERS.keys())
 def test_function_image_answers_run_function_over_mtls_under_runc(
-    built: Built, tmp_path: pathlib.Path
+    bundle: oci.Bundle, user: tuple[int, int] | None, tmp_path: pathlib.Path
 ) -> None:
-    bundle = oci.unpack(built.artifact(FUNCTION), tmp_path / "image")
 
     # The image as built: non-root, `plnt function NAME` and nothing else (no TLS flags), and
     # without the reconciler's Kubernetes client.
@@ -103,13 +113,20 @@ def test_function_image_answers_run_function_over_mtls_under_runc(
     log = (tmp_path / "container.log").open("w")
     with oci.NetworkNamespace() as netns:
         fn = oci.start_function(
-            bundle, cert_dir=server_certs, port=PORT, netns=netns.path, workdir=tmp_path, log=log
+            bundle,
+            cert_dir=server_certs,
+            port=PORT,
+            netns=netns.path,
+            workdir=tmp_path,
+            user=user,
+            log=log,
         )
         try:
             fn.wait_listening(timeout=90)
             pid = fn.pid()
             status = pathlib.Path(f"/proc/{pid}/status").read_text()
-            assert "Uid:\t65532\t65532\t65532\t65532" in status
+            uid = user[0] if user else 65532
+            assert f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}" in status
             assert "ro" in _mount_options(pid, "/"), "the root filesystem is read-only"
             assert "ro" in _mount_options(pid, oci.CERTS_IN_CONTAINER)
             # Its network is the private namespace, not the host's.

@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import ipaddress
 import pathlib
+from collections.abc import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -57,7 +58,12 @@ def ca(cn: str = "plnt-test-ca") -> tuple[Pair, ec.EllipticCurvePrivateKey, x509
 
 
 def leaf(
-    ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, cn: str, *, server: bool
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    cn: str,
+    *,
+    server: bool,
+    dns_names: Sequence[str] = (),
 ) -> Pair:
     key = _key()
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -72,7 +78,11 @@ def leaf(
     if server:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                [
+                    x509.DNSName("localhost"),
+                    *(x509.DNSName(n) for n in dns_names),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                ]
             ),
             critical=False,
         )
@@ -89,13 +99,15 @@ class PKI:
     stranger: Pair  # a client certificate signed by the other CA
 
 
-def make(directory: pathlib.Path) -> PKI:
-    """Writes tls.crt, tls.key and ca.crt for the server into ``directory``."""
+def make(directory: pathlib.Path, dns_names: Sequence[str] = ()) -> PKI:
+    """Writes tls.crt, tls.key and ca.crt for the server into ``directory`` (Crossplane's layout
+    of a function's server certificates). The server certificate names localhost, 127.0.0.1
+    and ``dns_names`` (e.g. ``function-x.crossplane-system`` for a ``dns:///`` endpoint)."""
     ca_pair, ca_key, ca_cert = ca()
     other_pair, other_key, other_cert = ca("someone-else")
     pki = PKI(
         ca=ca_pair,
-        server=leaf(ca_key, ca_cert, "localhost", server=True),
+        server=leaf(ca_key, ca_cert, "localhost", server=True, dns_names=dns_names),
         client=leaf(ca_key, ca_cert, "crossplane", server=False),
         other_ca=other_pair,
         stranger=leaf(other_key, other_cert, "stranger", server=False),
