@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: setup preview test lint bench fuzz dev clean
+.PHONY: setup preview test lint bench fuzz dev package clean
 
 setup:
 	@hack/setup.sh
@@ -24,6 +24,13 @@ dev: setup
 	@hack/setup-test.sh
 	.venv/bin/python -m tests.e2e.stack
 
+## Every package into dist/: the Configuration xpkg, one function xpkg per function (its runtime
+## image embedded) and the reconciler's image tarball. No Docker engine; needs root (mmdebstrap,
+## chroot). The Debian base is cached in .tools/cache, the rest in build/package.
+package: setup
+	@hack/install-image-tools.sh
+	.venv/bin/python hack/package.py
+
 bench: setup
 	.venv/bin/plnt bench
 
@@ -31,4 +38,4 @@ fuzz: setup
 	PLNT_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q tests/fuzz tests/cel
 
 clean:
-	rm -rf .venv .tools
+	rm -rf .venv .tools build dist

@@ -4,6 +4,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+# The image tests build a function image (mmdebstrap, umoci) and run it under runc.
+hack/install-image-tools.sh
 # The reconciler's query path runs against a real Prometheus (Debian's package).
 hack/install-prometheus.sh
 # Its Kubernetes write path runs against a real kube-apiserver (built from the Go module proxy)

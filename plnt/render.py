@@ -26,7 +26,9 @@ from google.protobuf import struct_pb2
 from plnt import runtime, xp
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-COMPOSITIONS_DIR = REPO_ROOT / "compositions"
+# Shipped inside the package (plnt/compositions links to the repository's compositions/), so
+# render works from an installed wheel as well as from a checkout.
+COMPOSITIONS_DIR = pathlib.Path(__file__).parent / "compositions"
 MAX_REQUIREMENT_ITERATIONS = 5  # what Crossplane allows before it gives up
 CONDITION_TIME = "2024-01-01T00:00:00Z"  # crossplane render's fixed lastTransitionTime
 COMPOSITE_LABEL = "crossplane.io/composite"
@@ -102,6 +104,15 @@ def load_folder(path: pathlib.Path) -> list[dict[str, Any]]:
         return []
     files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
     return [doc for f in files for doc in load_yaml_docs(f)]
+
+
+def load_path(path: pathlib.Path) -> list[dict[str, Any]]:
+    """A YAML file or a folder of them (as crossplane render's resource flags take)."""
+    if path.is_dir():
+        return load_folder(path)
+    if path.is_file():
+        return load_yaml_docs(path)
+    raise ScenarioError(f"{path}: no such file or folder")
 
 
 def load_scenario(path: pathlib.Path) -> Scenario:

@@ -148,11 +148,24 @@ def print_table(results: dict[str, Any]) -> None:
                     print(f"    {key}: " + "  ".join(_flat(nested)))
 
 
-def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="plnt bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--only", action="append", choices=sorted(SECTIONS), help="run a section")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="plnt bench",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--only", action="append", choices=sorted(SECTIONS), help="run a section (repeatable)"
+    )
     parser.add_argument("--calls", type=int, default=25, help="calls per RunFunction timing")
-    parser.add_argument("--output", default=str(REPO / "bench" / "results.json"))
+    parser.add_argument(
+        "--output", default=str(REPO / "bench" / "results.json"), help="where to write the JSON"
+    )
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.calls < 20:
         parser.error("--calls must be at least 20")

@@ -11,6 +11,7 @@ interval until SIGTERM, serving /healthz and /readyz.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import re
 import signal
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="plnt reconcile", description="scale ModelDeployments toward a token rate"
+        prog="plnt reconcile",
+        description="scale ModelDeployments toward a token rate",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube)")
     p.add_argument(
@@ -93,6 +96,12 @@ def main(argv: Sequence[str]) -> int:
     problem = _check(args)
     if problem:
         sys.stderr.write(f"plnt reconcile: {problem}" + "\n")
+        return 2
+    if importlib.util.find_spec("kubernetes") is None:
+        # Function images leave the Kubernetes client out; only the reconciler needs it.
+        sys.stderr.write(
+            "plnt reconcile: needs the reconciler extra: pip install 'plnt[reconciler]'\n"
+        )
         return 2
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,

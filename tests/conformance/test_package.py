@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pathlib
-import shutil
+import subprocess
+import sys
 import tarfile
+import tomllib
 
 import yaml
 
@@ -14,32 +16,32 @@ from tests.conformance import crossplane_cli
 REPO = crossplane_cli.REPO
 
 
-def test_configuration_package_builds(crank: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    root = tmp_path / "package"
-    root.mkdir()
-    shutil.copy(REPO / "crossplane.yaml", root)
-    shutil.copytree(REPO / "apis", root / "apis")
-    shutil.copytree(REPO / "compositions", root / "compositions")
-    out = tmp_path / "plnt.xpkg"
-    proc = crossplane_cli.run(
-        crank,
-        "xpkg",
-        "build",
-        "--package-root",
-        str(root),
-        "--examples-root",
-        str(REPO / "examples"),
-        "--package-file",
-        str(out),
-    )
+def test_configuration_package_builds_at_the_repository_root(tmp_path: pathlib.Path) -> None:
+    """`make package` runs the real `crossplane xpkg build` at the repository root, the way a
+    user would, not on a copied folder: every YAML file that is not part of the package (the
+    reconciler's manifests, test fixtures, anything in .venv/) is ignored by name."""
+    stray = REPO / "build" / "package" / "stray-test-manifest.yaml"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n")
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "hack/package.py"), "--dist", str(tmp_path),
+             "--only", "configuration"],
+            capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+    finally:
+        stray.unlink()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert out.stat().st_size > 0
+    version = "v" + tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    out = tmp_path / f"configuration-plnt-{version}.xpkg"
 
-    # The package's YAML stream holds every XRD and Composition.
+    # The package's YAML stream holds the Configuration, every XRD and Composition, nothing else.
     body = _package_yaml(out)
     kinds = [d["kind"] for d in yaml.safe_load_all(body) if d]
+    assert kinds.count("Configuration") == 1
     assert kinds.count("CompositeResourceDefinition") == len(crossplane_cli.xrd_files())
     assert kinds.count("Composition") == len(list((REPO / "compositions").glob("*.yaml")))
+    assert len(kinds) == 1 + kinds.count("CompositeResourceDefinition") + kinds.count("Composition")
 
 
 def _package_yaml(xpkg: pathlib.Path) -> str:
@@ -62,25 +64,57 @@ def _package_yaml(xpkg: pathlib.Path) -> str:
     raise AssertionError("no package.yaml layer in the built package")
 
 
+REGISTRY = "xpkg.crossplane.io/plnt/"
+ANNOTATIONS = (
+    "meta.crossplane.io/maintainer",
+    "meta.crossplane.io/source",
+    "meta.crossplane.io/license",
+)
+
+
 def test_every_function_is_packaged_and_depended_on() -> None:
     config = yaml.safe_load((REPO / "crossplane.yaml").read_text())
     assert config["apiVersion"] == "meta.pkg.crossplane.io/v1"
-    assert config["spec"]["crossplane"]["version"].startswith(">=v2")
-    deps = {d.get("function", d.get("provider")): d["version"] for d in config["spec"]["dependsOn"]}
+    # ModelDeployment's scale subresource needs Crossplane v2.3.
+    assert config["spec"]["crossplane"]["version"] == ">=v2.3.0"
+    # Crossplane v2's dependency form; the function:/provider: keys are deprecated.
+    deps = config["spec"]["dependsOn"]
+    for dep in deps:
+        assert set(dep) == {"apiVersion", "kind", "package", "version"}, dep
+        assert dep["apiVersion"] == "pkg.crossplane.io/v1", dep
+        assert ":" not in dep["package"].rsplit("/", 1)[-1], "the version is not in the package"
+        assert dep["version"].startswith("v"), f"{dep['package']} is pinned"
+    by_package = {d["package"]: d for d in deps}
     names = runtime.function_names()
+    expected_annotations = {k: config["metadata"]["annotations"][k] for k in ANNOTATIONS}
     for name in names:
-        assert deps.get(f"xpkg.crossplane.io/plnt/{name}"), f"crossplane.yaml lacks {name}"
+        dep = by_package.get(f"{REGISTRY}{name}")
+        assert dep, f"crossplane.yaml lacks {name}"
+        assert dep["kind"] == "Function"
         meta = yaml.safe_load((REPO / "package" / name / "crossplane.yaml").read_text())
-        assert (meta["apiVersion"], meta["kind"]) == ("meta.pkg.crossplane.io/v1beta1", "Function")
+        assert (meta["apiVersion"], meta["kind"]) == ("meta.pkg.crossplane.io/v1", "Function")
         assert meta["metadata"]["name"] == name
+        assert meta["spec"]["capabilities"] == ["composition"]
+        annotations = meta["metadata"]["annotations"]
+        assert {k: annotations.get(k) for k in ANNOTATIONS} == expected_annotations, name
         docker = (REPO / "package" / name / "Dockerfile").read_text()
-        assert "FROM plnt/function-base:" in docker
-        assert f'CMD ["{name}", "--tls-certs-dir", "/tls"]' in docker
+        assert f"FROM {REGISTRY}function-base:" in docker
+        # Crossplane mounts the certificates at /tls/server and says so in
+        # TLS_SERVER_CERTS_DIR, which `plnt function` reads: the image names no directory.
+        assert docker.rstrip().endswith(f'CMD ["{name}"]'), docker
     base = (REPO / "package" / "Dockerfile.base").read_text()
     assert 'ENTRYPOINT ["plnt", "function"]' in base
+    assert "reconciler]" not in base, "function images leave the Kubernetes client out"
+    providers = [d for d in deps if d["kind"] == "Provider"]
     for provider in ("provider-kubernetes", "provider-helm", "provider-coreweave"):
-        assert any(k.endswith(provider) for k in deps), provider
-    assert all(v.startswith("v") for v in deps.values()), "every dependency is pinned"
+        assert any(d["package"].endswith(provider) for d in providers), provider
+
+    # One registry path for every plnt image: functions, Configuration, reconciler.
+    deployment = yaml.safe_load((REPO / "package/reconciler/deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"].startswith(REGISTRY), container["image"]
+    install = (REPO / "crossplane.yaml").read_text()
+    assert f"{REGISTRY}{config['metadata']['name']}:" in install
 
     # Compositions only reference functions this distribution serves.
     for composition in render.compositions().values():
@@ -88,3 +122,46 @@ def test_every_function_is_packaged_and_depended_on() -> None:
             ref = step["functionRef"]["name"]
             assert ref.startswith(runtime.INSTALLED_PREFIX)
             assert ref.removeprefix(runtime.INSTALLED_PREFIX) in names, ref
+
+
+def test_control_plane_prerequisites_match_what_plnt_composes() -> None:
+    """package/control-plane holds what plnt needs but does not compose: the Gateway ModelService
+    routes through by default, and RBAC for the plain kinds Crossplane composes on the control
+    plane (anything that is neither a provider's kind nor plnt's own XR)."""
+    docs = render.load_yaml_docs(REPO / "package/control-plane/gateway.yaml")
+    (gateway,) = [d for d in docs if d["kind"] == "Gateway"]
+    out = render.render(render.load_scenario(REPO / "examples/model-service"), tree=True)
+    routes = [o for node in out.tree() for o in node.composed if o["kind"] == "HTTPRoute"]
+    assert routes
+    for route in routes:
+        (parent,) = route["spec"]["parentRefs"]
+        assert (parent["namespace"], parent["name"]) == (
+            gateway["metadata"]["namespace"],
+            gateway["metadata"]["name"],
+        )
+    assert gateway["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["from"] == "All"
+
+    (role,) = render.load_yaml_docs(REPO / "package/control-plane/crossplane-rbac.yaml")
+    assert role["metadata"]["labels"]["rbac.crossplane.io/aggregate-to-crossplane"] == "true"
+    granted = {
+        (g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    plnt_groups = {k[0].split("/")[0] for k in render.compositions()}
+    # Crossplane's own ClusterRole already grants core Services; providers' kinds come with them.
+    for folder in render.scenario_folders(REPO / "examples"):
+        for node in render.render(render.load_scenario(folder), tree=True).tree():
+            for obj in node.composed:
+                group = obj["apiVersion"].rpartition("/")[0]
+                if group in plnt_groups or group.endswith(".crossplane.io") or group == "":
+                    continue
+                assert (group, _plural(obj["kind"])) in granted, (
+                    f"{folder.name}: {obj['kind']} ({group})"
+                )
+
+
+def _plural(kind: str) -> str:
+    """The resource name the API server uses for these kinds (Kubernetes' own rule of thumb)."""
+    lower = kind.lower()
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    return lower + ("es" if lower.endswith("s") else "s")

@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import ipaddress
 import pathlib
+from collections.abc import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -62,7 +63,7 @@ def leaf(
     cn: str,
     *,
     server: bool,
-    hosts: tuple[str, ...] = ("localhost", "127.0.0.1"),
+    hosts: Sequence[str] = ("localhost", "127.0.0.1"),
 ) -> Pair:
     """A server (SANs: ``hosts``, names or IP addresses) or client certificate the CA signs."""
     key = _key()
@@ -100,13 +101,17 @@ class PKI:
     stranger: Pair  # a client certificate signed by the other CA
 
 
-def make(directory: pathlib.Path) -> PKI:
-    """Writes tls.crt, tls.key and ca.crt for the server into ``directory``."""
+def make(directory: pathlib.Path, dns_names: Sequence[str] = ()) -> PKI:
+    """Writes tls.crt, tls.key and ca.crt for the server into ``directory`` (Crossplane's layout
+    of a function's server certificates). The server certificate names localhost, 127.0.0.1
+    and ``dns_names`` (e.g. ``function-x.crossplane-system`` for a ``dns:///`` endpoint)."""
     ca_pair, ca_key, ca_cert = ca()
     other_pair, other_key, other_cert = ca("someone-else")
     pki = PKI(
         ca=ca_pair,
-        server=leaf(ca_key, ca_cert, "localhost", server=True),
+        server=leaf(
+            ca_key, ca_cert, "localhost", server=True, hosts=("localhost", "127.0.0.1", *dns_names)
+        ),
         client=leaf(ca_key, ca_cert, "crossplane", server=False),
         other_ca=other_pair,
         stranger=leaf(other_key, other_cert, "stranger", server=False),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
 
 import grpc
 import pytest
@@ -58,3 +60,41 @@ def test_function_serves_mtls_only_to_trusted_clients(
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE, what
     finally:
         procs.stop([proc])
+
+
+def test_certificate_directory_defaults_to_crossplanes_environment_variable(
+    pki: tuple[certs.PKI, pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    """Crossplane's package runtime passes no flags: it mounts the certificates at /tls/server
+    and sets TLS_SERVER_CERTS_DIR. `plnt function NAME` alone must then serve mTLS."""
+    bundle, directory = pki
+    good = grpc.ssl_channel_credentials(bundle.ca.cert, bundle.client.key, bundle.client.cert)
+    address = f"127.0.0.1:{procs.free_port()}"
+    env = {**os.environ, "TLS_SERVER_CERTS_DIR": str(directory)}
+    proc = subprocess.Popen(
+        [str(procs.PLNT), "function", FUNCTIONS[0], "--address", address],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        procs.wait_ready(address, proc, credentials=good)
+        assert call(address, good).meta.tag == "m"
+        with pytest.raises(grpc.RpcError):
+            call(address, None)
+    finally:
+        procs.stop([proc])
+
+    # Without the variable and without flags it refuses to start, naming both ways.
+    env.pop("TLS_SERVER_CERTS_DIR")
+    out = subprocess.run(
+        [str(procs.PLNT), "function", FUNCTIONS[0], "--address", address],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "--tls-certs-dir" in out.stderr
+    assert "TLS_SERVER_CERTS_DIR" in out.stderr
