@@ -275,7 +275,11 @@ class APIServer:
         if r.status_code == 404:
             return []
         r.raise_for_status()
-        return r.json().get("items", [])
+        items = r.json().get("items", [])
+        for item in items:  # list items carry no type; callers patch them by it
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items
 
     def apply(self, obj: Mapping[str, Any], manager: str = "plnt-e2e") -> dict[str, Any]:
         """Server-side apply, forcing ownership (the test is the author of what it applies)."""

@@ -45,6 +45,8 @@ CKS_CLUSTER = ("cks.coreweave.m.crossplane.io/v1alpha1", "Cluster")
 RELEASE = ("helm.m.crossplane.io/v1beta1", "Release")
 HELM_CONFIG = ("helm.m.crossplane.io/v1beta1", "ClusterProviderConfig")
 GATEWAY = ("gateway.networking.k8s.io/v1", "Gateway")
+HTTPROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
+GATEWAY_CONTROLLER = "plnt.test/gateway-stand-in"
 NODEPOOL = ("compute.coreweave.com/v1alpha1", "NodePool")
 DEPLOYMENT = ("apps/v1", "Deployment")
 LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
@@ -198,11 +200,13 @@ class Simulator:
             lambda: [self._cks_cluster(c) for c in mgmt.list(*CKS_CLUSTER)],
             lambda: [self._helm_release(r) for r in mgmt.list(*RELEASE)],
             lambda: [self._gateway(mgmt, g) for g in mgmt.list(*GATEWAY)],
+            lambda: [self._http_route(mgmt, r) for r in mgmt.list(*HTTPROUTE)],
         ]
         for api in list(self.plane.workloads.values()):
             out += [
                 lambda api=api: [self._node_pool(api, p) for p in api.list(*NODEPOOL)],
                 lambda api=api: [self._gateway(api, g) for g in api.list(*GATEWAY)],
+                lambda api=api: [self._http_route(api, r) for r in api.list(*HTTPROUTE)],
             ]
             if not self.kubelet_paused.is_set():
                 out += [
@@ -361,6 +365,35 @@ class Simulator:
             },
         )
 
+    def _http_route(self, api: kube.APIServer, route: dict[str, Any]) -> None:
+        """Accepts a route on each Gateway it names that exists (as a controller that accepts
+        every route its listeners allow), with its references resolved."""
+        meta = route["metadata"]
+        parents = []
+        for ref in (route.get("spec") or {}).get("parentRefs") or []:
+            namespace = ref.get("namespace") or meta.get("namespace")
+            if api.get(*GATEWAY, ref["name"], namespace) is None:
+                continue
+            parents.append(
+                {
+                    "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", **ref},
+                    "controllerName": GATEWAY_CONTROLLER,
+                    "conditions": [
+                        condition("Accepted", "True", "Accepted", "", meta.get("generation")),
+                        condition(
+                            "ResolvedRefs", "True", "ResolvedRefs", "", meta.get("generation")
+                        ),
+                    ],
+                }
+            )
+        seen = [
+            (p.get("parentRef", {}).get("name"), _gen(p))
+            for p in (route.get("status") or {}).get("parents") or []
+        ]
+        if seen == [(p["parentRef"]["name"], meta.get("generation")) for p in parents]:
+            return
+        api.patch_status(route, {"parents": parents})
+
     # --- CKS and the kubelet ----------------------------------------------------------------
 
     def _node_pool(self, api: kube.APIServer, pool: dict[str, Any]) -> None:
@@ -451,6 +484,11 @@ class Simulator:
                 "conditions": [condition("Available", "True", "AllGroupsReady")],
             },
         )
+
+
+def _gen(parent: Mapping[str, Any]) -> int | None:
+    conds = parent.get("conditions") or []
+    return conds[0].get("observedGeneration") if conds else None
 
 
 def _shared_crd(name: str) -> list[dict[str, Any]]:
