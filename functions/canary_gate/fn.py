@@ -98,7 +98,7 @@ async def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse
     if isinstance(targets, Verdict):
         verdict = targets  # fails closed without measuring
     else:
-        verdict = await measure.smoke_test(targets, test)
+        verdict = await measure.smoke_test(targets, test, nonce=revision)
 
     # --- status and context ---------------------------------------------------------------
     gate = verdict.to_status() | {

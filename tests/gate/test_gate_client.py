@@ -69,18 +69,33 @@ def test_measures_injected_ttft_and_tpot(ttft, tpot, tokens, max_tokens):
 
 
 def test_sends_streaming_requests_with_usage_and_the_key():
-    verdict, server = gate(Behaviour(tokens=3), prompts=3, max_tokens=5, api_key="sekrit")
+    verdict, server = gate(
+        Behaviour(tokens=3), prompts=3, max_tokens=5, api_key="sekrit", nonce="rev-7"
+    )
     assert verdict.passed, verdict.reason
     assert server.requests[0] == {
         "model": "m",
-        "messages": [{"role": "user", "content": PROMPTS[0]}],
+        "messages": [{"role": "user", "content": f"Request rev-7-0. {PROMPTS[0]}"}],
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": 5,
     }
     sent = sorted(r["messages"][0]["content"] for r in server.requests)
-    assert sent == sorted(PROMPTS[:3])
+    assert sent == sorted(f"Request rev-7-{i}. {PROMPTS[i]}" for i in range(3))
     assert server.authorizations == ["Bearer sekrit"] * 3
+
+
+def test_every_prompt_of_every_run_starts_differently():
+    """Against prefix caching: no two requests of two runs share the start a cache matches on
+    (the nonce comes first), and a run without a named nonce draws a fresh one."""
+    _, first = gate(Behaviour(tokens=2), prompts=14)
+    _, second = gate(Behaviour(tokens=2), prompts=14)
+    starts = [r["messages"][0]["content"][:24] for r in first.requests + second.requests]
+    assert len(set(starts)) == 28
+    assert (
+        GateConfig(base_url="http://h", model="m").nonce
+        != GateConfig(base_url="http://h", model="m").nonce
+    )
 
 
 def test_no_authorization_header_without_a_key():
