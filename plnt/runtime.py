@@ -23,7 +23,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 import functions as functions_pkg
-from plnt import xp
+from plnt import trust, xp
 
 log = logging.getLogger("plnt.function")
 
@@ -69,11 +69,18 @@ def load(function_name: str) -> RunFunction:
 async def call(
     run: RunFunction, req: fnv1.RunFunctionRequest, name: str
 ) -> fnv1.RunFunctionResponse:
-    """Runs a function and guarantees a response: invalid input and bugs become Fatal results."""
+    """Runs a function on what it may trust of the request (see `plnt.trust`) and guarantees a
+    response: invalid input and bugs become Fatal results."""
     try:
-        rsp = run(req)
-        if inspect.isawaitable(rsp):
-            rsp = await rsp
+        trust.check_composite(req)
+        screened = trust.screen(req)
+        rsp = await _run(run, screened.request)
+        impostors = trust.impostors_after(screened, rsp)
+        if impostors:
+            screened = trust.without_impostors(screened, impostors)
+            rsp = await _run(run, screened.request)
+        for warning in screened.warnings:
+            xp.warning(rsp, warning)
         return rsp
     except xp.InvalidInput as err:
         rsp = xp.respond(req)
@@ -85,6 +92,13 @@ async def call(
         rsp = xp.respond(req)
         xp.fatal(rsp, f"{name}: internal error ({type(err).__name__}); see the function's log")
         return rsp
+
+
+async def _run(run: RunFunction, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    rsp = run(req)
+    if inspect.isawaitable(rsp):
+        rsp = await rsp
+    return rsp
 
 
 def call_sync(

@@ -49,7 +49,7 @@ SECRET_REQUIREMENT = "kubeconfig-secret"  # noqa: S105 (a requirement name, not 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     rsp = xp.respond(req)
     xr = xp.composite(req)
-    name = xr["metadata"]["name"]
+    name = (xr.get("metadata") or {}).get("name", "")
     inference_cluster.check_name(name)
     spec = inference_cluster.parse(xr.get("spec"))
     observed = xp.observed_resources(req)

@@ -153,7 +153,7 @@ def deployments_of(
     namespace: str,
 ) -> dict[str, dict[str, Any]]:
     """The ModelDeployments the endpoints' ``modelplane.ai/deployment`` labels name."""
-    names = {(ep["metadata"].get("labels") or {}).get(labels.DEPLOYMENT) for ep in endpoints}
+    names = {deployment_of(ep) for ep in endpoints}
     out = {}
     for dep in sorted(n for n in names if n):
         found = xp.require(
@@ -170,13 +170,21 @@ def deployments_of(
     return out
 
 
+def deployment_of(endpoint: dict[str, Any]) -> str | None:
+    """The ModelDeployment an endpoint belongs to: the full name from the annotation where the
+    label value had to be shortened (a name over 63 characters), else the label."""
+    meta = endpoint["metadata"]
+    full = (meta.get("annotations") or {}).get(labels.DEPLOYMENT)
+    return full or (meta.get("labels") or {}).get(labels.DEPLOYMENT)
+
+
 def _sorted(found: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return sorted(found or [], key=lambda ep: ep["metadata"]["name"])
 
 
 def _endpoint(ep: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> weights.Endpoint:
     ep_labels = ep["metadata"].get("labels") or {}
-    dep = ep_labels.get(labels.DEPLOYMENT)
+    dep = deployment_of(ep)
     canary_revision = (
         (deployments.get(dep or "", {}).get("status") or {}).get("revisions") or {}
     ).get("canary")

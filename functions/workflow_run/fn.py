@@ -124,7 +124,10 @@ def pod_template(run: str, spec: WorkflowRunSpec, preset: presets.Preset) -> dic
         annotations[labels.WEIGHTS_URI] = spec.model.storage_uri
         annotations[labels.WEIGHTS_PATH] = WEIGHTS_PATH
     return {
-        "metadata": {"labels": {labels.WORKFLOW_RUN: run}, "annotations": annotations},
+        "metadata": {
+            "labels": {labels.WORKFLOW_RUN: labels.value(run)},
+            "annotations": annotations,
+        },
         "spec": {"containers": [engine_container(spec, preset)]},
     }
 
@@ -189,7 +192,7 @@ def model_deployment(
         "kind": "ModelDeployment",
         "metadata": {
             "name": run,
-            "labels": {labels.WORKFLOW_RUN: run},
+            "labels": {labels.WORKFLOW_RUN: labels.value(run)},
             "annotations": {labels.WORKFLOW_RUN_ID: identity["workflowRunId"]},
         },
         "spec": body,
@@ -203,10 +206,12 @@ def model_service(run: str, identity: dict[str, Any]) -> dict[str, Any]:
         "kind": "ModelService",
         "metadata": {
             "name": run,
-            "labels": {labels.WORKFLOW_RUN: run},
+            "labels": {labels.WORKFLOW_RUN: labels.value(run)},
             "annotations": {labels.WORKFLOW_RUN_ID: identity["workflowRunId"]},
         },
         "spec": {
-            "endpoints": [{"weight": 1, "selector": {"matchLabels": {labels.DEPLOYMENT: run}}}]
+            "endpoints": [
+                {"weight": 1, "selector": {"matchLabels": {labels.DEPLOYMENT: labels.value(run)}}}
+            ]
         },
     }
