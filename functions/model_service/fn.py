@@ -35,6 +35,7 @@ from plnt.models.model_service import ModelServiceSpec
 
 MODELPLANE = "modelplane.ai/v1alpha1"
 ROUTE = "route"
+ENDPOINTS_REFUSED = "EndpointsRefused"  # Routed reason: endpoints exist, none may get traffic
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -46,7 +47,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     gateway = {"name": spec.gateway_ref.name, "namespace": spec.gateway_ref.namespace}
 
     # inputs: endpoints per selector, the deployments they belong to, the gateway's address
-    selected, targets = selected_endpoints(req, rsp, spec, namespace)
+    selected, targets, refused = selected_endpoints(req, rsp, spec, namespace)
     endpoints = {ep["metadata"]["name"]: ep for found in selected for ep in found}
     deployments = deployments_of(req, rsp, endpoints.values(), namespace)
     gateways = xp.require(
@@ -94,19 +95,22 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     if host:
         status["url"] = f"http://{host}{path}"
     xp.set_status(rsp, status)
-    routed = any(w > 0 for w in integers.values())
-    xp.set_conditions(
-        rsp,
-        xp.Condition(
-            conditions.ROUTED,
-            routed,
-            conditions.AVAILABLE if routed else conditions.NO_ENDPOINTS,
-            f"{sum(1 for w in integers.values() if w)} endpoint(s) receive traffic"
-            if routed
-            else "no selected ModelEndpoint exists yet; the route answers 503",
-        ),
-    )
+    xp.set_conditions(rsp, routed_condition(integers, refused))
     return rsp
+
+
+def routed_condition(integers: dict[str, int], refused: dict[str, str]) -> xp.Condition:
+    """Routed, and when nothing is routed, whether endpoints are missing or were refused."""
+    receiving = sum(1 for w in integers.values() if w)
+    if receiving:
+        message = f"{receiving} endpoint(s) receive traffic"
+        return xp.Condition(conditions.ROUTED, True, conditions.AVAILABLE, message)
+    if refused:
+        why = "; ".join(f"{name} {problem}" for name, problem in sorted(refused.items()))
+        message = f"every selected ModelEndpoint was refused ({why}); the route answers 503"
+        return xp.Condition(conditions.ROUTED, False, ENDPOINTS_REFUSED, message)
+    message = "no selected ModelEndpoint exists yet; the route answers 503"
+    return xp.Condition(conditions.ROUTED, False, conditions.NO_ENDPOINTS, message)
 
 
 def selected_endpoints(
@@ -114,8 +118,9 @@ def selected_endpoints(
     rsp: fnv1.RunFunctionResponse,
     spec: ModelServiceSpec,
     namespace: str,
-) -> tuple[list[list[dict[str, Any]]], dict[str, tuple[str, str | None]]]:
-    """Per group, the usable ModelEndpoints it selects; and (URL, rewrite) per endpoint name.
+) -> tuple[list[list[dict[str, Any]]], dict[str, tuple[str, str | None]], dict[str, str]]:
+    """Per group, the usable ModelEndpoints it selects; (URL, rewrite) per endpoint name; and
+    why each refused endpoint was refused.
 
     An endpoint with a malformed spec or a refused host is left out with a warning.
     """
@@ -133,17 +138,18 @@ def selected_endpoints(
         for i, group in enumerate(spec.endpoints)
     ]
     every = {ep["metadata"]["name"]: ep for found in found_per_group for ep in found}
-    targets = {}
+    targets, refused = {}, {}
     for ep_name, ep in sorted(every.items()):
         target, problem = _target(ep)
         if problem:
             xp.warning(rsp, f"ModelEndpoint {ep_name} {problem}; it gets no traffic")
+            refused[ep_name] = problem
         else:
             targets[ep_name] = target
     usable = [
         [ep for ep in found if ep["metadata"]["name"] in targets] for found in found_per_group
     ]
-    return usable, targets
+    return usable, targets, refused
 
 
 def deployments_of(
