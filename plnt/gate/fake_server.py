@@ -249,6 +249,18 @@ class FakeServer:
         await stream.headers()
         if failure == "hang":
             await asyncio.Event().wait()  # until the client disconnects and stop() cancels us
+        cut = tokens < behaviour.tokens  # max_tokens ends the answer: "length" on the last token
+        if failure == "empty":
+            tokens, cut = 0, False
+        # Every token's bytes are built before the first is due: a huge chunk leaves on time.
+        chunks = []
+        for k in range(tokens):
+            finish = "length" if cut and k == tokens - 1 and not dialect.finish_apart else None
+            text = _WORDS[k % len(_WORDS)] + " "
+            if k == 0 and behaviour.first_token_bytes > len(text):
+                text = text.ljust(behaviour.first_token_bytes, "x")
+            with_role = k == 0 and dialect.role_with_first_token
+            chunks.append(stream.token(text, finish, with_role=with_role))
         await stream.wait_until(received + behaviour.ttft_ms / 1000, behaviour.keepalive_ms)
         if not dialect.role_with_first_token:
             await stream.role()
@@ -256,17 +268,10 @@ class FakeServer:
             await stream.send({"error": {"message": "engine died", "type": "InternalError"}})
             await stream.done()
             return True
-        cut = tokens < behaviour.tokens  # max_tokens ends the answer: "length" on the last token
-        if failure == "empty":
-            tokens, cut = 0, False
-        for k in range(tokens):
+        for k, chunk in enumerate(chunks):
             due = received + (behaviour.ttft_ms + k * behaviour.tpot_ms) / 1000
             await stream.wait_until(due, behaviour.keepalive_ms)
-            finish = "length" if cut and k == tokens - 1 and not dialect.finish_apart else None
-            text = _WORDS[k % len(_WORDS)] + " "
-            if k == 0 and behaviour.first_token_bytes > len(text):
-                text = text.ljust(behaviour.first_token_bytes, "x")
-            await stream.token(text, finish, with_role=k == 0 and dialect.role_with_first_token)
+            await stream.write_token(chunk)
             if k == min(2, tokens - 1) and failure in FAILS_MID_STREAM:
                 return await stream.fail(failure)
         if not cut or dialect.finish_apart:
@@ -323,6 +328,18 @@ class _Stream:
         """One HTTP chunk holding the events (llama-server writes a step's events at once)."""
         await self._write(_chunked(b"".join(_event(p) for p in payloads)))
 
+    def token(self, text: str, finish: str | None, with_role: bool = False) -> bytes:
+        """The HTTP chunk carrying one token (with the role chunk before it, if asked)."""
+        chunk = self._choice({"content": text}, finish)
+        events = (
+            [self._choice(dict(self.dialect.role_delta), None), chunk] if with_role else [chunk]
+        )
+        return _chunked(b"".join(_event(e) for e in events))
+
+    async def write_token(self, data: bytes) -> None:
+        await self._write(data)
+        self.token_ns.append(time.perf_counter_ns())
+
     async def wait_until(self, deadline: float, keepalive_ms: float) -> None:
         """Sleep until deadline, sending a keep-alive comment every keepalive_ms meanwhile."""
         loop = asyncio.get_running_loop()
@@ -339,14 +356,6 @@ class _Stream:
 
     async def role(self) -> None:
         await self.send(self._choice(dict(self.dialect.role_delta), None))
-
-    async def token(self, text: str, finish: str | None, with_role: bool = False) -> None:
-        chunk = self._choice({"content": text}, finish)
-        if with_role:
-            await self.send(self._choice(dict(self.dialect.role_delta), None), chunk)
-        else:
-            await self.send(chunk)
-        self.token_ns.append(time.perf_counter_ns())
 
     async def finish(self, reason: str) -> None:
         await self.send(self._choice(dict(self.dialect.finish_delta), reason))

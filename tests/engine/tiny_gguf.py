@@ -50,7 +50,10 @@ def vocabulary(limit: int = 480) -> tuple[list[str], list[float], list[int]]:
             tokens.append(piece)
             types.append(gguf.TokenType.NORMAL)
     # Longer pieces score higher, so merges prefer whole words.
-    scores = [0.0 if t != gguf.TokenType.NORMAL else float(len(p)) for p, t in zip(tokens, types)]
+    scores = [
+        float(len(p)) if t == gguf.TokenType.NORMAL else 0.0
+        for p, t in zip(tokens, types, strict=True)
+    ]
     return tokens, scores, [int(t) for t in types]
 
 
