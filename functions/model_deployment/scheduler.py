@@ -321,7 +321,7 @@ class Matcher:
             except Exception as err:  # a CEL runtime error on this device: no match
                 hit = (False, f"selector error on device {key[2]}: {err}")
                 count = self._erred.get(expr, (0, ""))[0] + 1
-                self._erred[expr] = (count, str(err))
+                self._erred[expr] = (count, hit[1])
             self._cel[key] = hit
         return hit
 
@@ -709,7 +709,7 @@ def _erring_selectors(spec_engines: Sequence[Mapping[str, Any]], matcher: Matche
     for path, expr in _selector_paths(spec_engines):
         error = matcher.always_errs(expr)
         if error is not None:
-            errors.append(f"{path}: selector error on every device it was tried on: {error}")
+            errors.append(f"{path}: fails on every device it was tried on ({error})")
     return "; ".join(errors)
 
 

