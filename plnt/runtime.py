@@ -25,8 +25,7 @@ from typing import Any
 import grpc
 from crossplane.function import runtime as sdk_runtime
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
-from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
+from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from grpc_reflection.v1alpha import reflection
 
 import functions as functions_pkg
@@ -225,53 +224,48 @@ def _run_in_worker(request: bytes, deadline: float | None) -> tuple[bytes | None
     return rsp.SerializeToString(), time.perf_counter() - start
 
 
-class Servicer(grpcv1.FunctionRunnerServiceServicer):
-    """The gRPC FunctionRunnerService over one function.
+class Servicer:
+    """The gRPC FunctionRunnerService over one function, v1 and v1beta1 (wire-compatible).
 
-    A plain function runs in a worker process (or, for a function given as a callable, a worker
-    thread), never on the event loop. An async function (the canary gate's network I/O) runs on
-    the loop, which it does not block. Admission decides first: what cannot finish within its
-    deadline is refused with RESOURCE_EXHAUSTED at once.
+    Requests arrive as bytes and a plain function's answer leaves as bytes: the serving process
+    parses nothing for it. A worker process parses, runs and serializes; the event loop only
+    admits or refuses, hands bytes over and sends bytes back, so it stays free however busy the
+    CPU is. An async function (the canary gate's network I/O) runs on the loop, which it does
+    not block. Admission decides first: what cannot finish within its deadline is refused with
+    RESOURCE_EXHAUSTED at once.
     """
 
-    def __init__(
-        self, function_name: str, run: RunFunction | None = None, *, workers: int = WORKERS
-    ):
+    def __init__(self, function_name: str, *, workers: int = WORKERS):
         self.name = function_name
-        self.by_name = run is None  # a worker process can load it by name
-        self.run = run or load(function_name)
+        self.run = load(function_name)
         self.blocking = not inspect.iscoroutinefunction(self.run)
         self.workers = workers
         self.admission = Admission(workers, estimate=self.blocking)
-        self.pool: concurrent.futures.Executor | None = None
+        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
 
     def start(self) -> None:
-        """Start the workers (before serving: a process pool is spawned, never forked)."""
+        """Start the worker processes (spawned, never forked) and warm them before serving."""
         if not self.blocking:
             return
-        if self.by_name:
-            self.pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_start_worker,
-                initargs=(self.name,),
-            )
-            # Warm every worker (imports, compiled caches) before the first call arrives.
-            warm = [self.pool.submit(time.monotonic) for _ in range(self.workers * 2)]
-            concurrent.futures.wait(warm)
-        else:
-            self.pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=self.workers, thread_name_prefix="run-function"
-            )
+        self.pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(self.name,),
+        )
+        concurrent.futures.wait([self.pool.submit(time.monotonic) for _ in range(self.workers)])
 
     def stop(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
 
-    async def RunFunction(  # noqa: N802 (gRPC's name)
-        self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None
-    ) -> fnv1.RunFunctionResponse:
-        remaining = context.time_remaining() if context is not None else None
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
+        """RunFunction of both service versions, bytes in and out (no (de)serializers)."""
+        method = {"RunFunction": grpc.unary_unary_rpc_method_handler(self.run_function)}
+        return [grpc.method_handlers_generic_handler(name, method) for name in SERVICES]
+
+    async def run_function(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        remaining = context.time_remaining()
         refusal = self.admission.refusal(remaining)
         if refusal is not None:
             self.admission.refused += 1
@@ -279,43 +273,36 @@ class Servicer(grpcv1.FunctionRunnerServiceServicer):
                 log.warning(
                     "%s: %s (%d refused so far)", self.name, refusal, self.admission.refused
                 )
-            if context is None:
-                raise RuntimeError(refusal)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
         if not self.blocking or self.pool is None:
-            return await call(self.run, req, self.name)
+            req = fnv1.RunFunctionRequest.FromString(request)
+            return (await call(self.run, req, self.name)).SerializeToString()
         self.admission.enter()
         service_s = None
         try:
             deadline = None if remaining is None else time.monotonic() + remaining
+            loop = asyncio.get_running_loop()
             try:
-                rsp, service_s = await self._in_worker(req, deadline)
+                data, service_s = await loop.run_in_executor(
+                    self.pool, _run_in_worker, request, deadline
+                )
             except concurrent.futures.BrokenExecutor as err:  # a worker died (killed, OOM)
                 log.error("%s: a worker process died; starting new ones", self.name)
                 self.stop()
                 self.start()
-                return _failed(req, err, self.name)
-            if rsp is None:
-                if context is not None:
-                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed")
-                raise TimeoutError("deadline passed")
-            return rsp
+                req = fnv1.RunFunctionRequest.FromString(request)
+                return _failed(req, err, self.name).SerializeToString()
+            if data is None:
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed")
+            return data
         finally:
             self.admission.leave(service_s)
 
-    async def _in_worker(
-        self, req: fnv1.RunFunctionRequest, deadline: float | None
-    ) -> tuple[fnv1.RunFunctionResponse | None, float | None]:
-        loop = asyncio.get_running_loop()
-        assert self.pool is not None
-        if isinstance(self.pool, concurrent.futures.ProcessPoolExecutor):
-            data, service_s = await loop.run_in_executor(
-                self.pool, _run_in_worker, req.SerializeToString(), deadline
-            )
-            return (None if data is None else fnv1.RunFunctionResponse.FromString(data)), service_s
-        start = time.perf_counter()
-        rsp = await loop.run_in_executor(self.pool, call_blocking, self.run, req, self.name)
-        return rsp, time.perf_counter() - start
+
+SERVICES = (
+    fnv1.DESCRIPTOR.services_by_name["FunctionRunnerService"].full_name,
+    fnv1beta1.DESCRIPTOR.services_by_name["FunctionRunnerService"].full_name,
+)
 
 
 def serve(
@@ -352,10 +339,7 @@ async def _serve(servicer: Servicer, address: str, creds: grpc.ServerCredentials
         # gRPC's own hard cap, above the admission limit: refused by gRPC core before Python.
         maximum_concurrent_rpcs=MAX_ADMITTED + 100,
     )
-    grpcv1.add_FunctionRunnerServiceServicer_to_server(servicer, server)
-    grpcv1beta1.add_FunctionRunnerServiceServicer_to_server(
-        sdk_runtime.BetaFunctionRunner(wrapped=servicer), server
-    )
+    server.add_generic_rpc_handlers(servicer.handlers())
     reflection.enable_server_reflection(sdk_runtime.SERVICE_NAMES, server)
     if creds is not None:
         server.add_secure_port(address, creds)
