@@ -13,6 +13,9 @@ hack/install-prometheus.sh
 .venv/bin/python -m tests.reconcile.apiserver --install
 # The DRA CEL parity tests run Kubernetes' own CEL library through a small Go oracle.
 .venv/bin/python -c "from tests.cel.oracle import build_oracle; build_oracle()"
+# The canary gate meets a real engine: llama.cpp's llama-server, built once from PyPI's
+# llama-cpp-python sdist and cached in .tools/bin (the build says how long it took).
+hack/install-llama-server.sh
 # The live control plane of tests/e2e: Crossplane core and provider-kubernetes (built from the Go
 # module proxy; kube-controller-manager and kubectl come with kube-apiserver above).
 hack/install-controlplane.sh

@@ -1,4 +1,7 @@
-"""Label and annotation keys plnt puts on what it composes: the one place they are spelled."""
+"""Label and annotation keys plnt puts on what it composes: the one place they are spelled,
+and `value`, the one way a name becomes a label value."""
+
+from plnt import names
 
 DOMAIN = "modelplane.ai"
 
@@ -23,3 +26,13 @@ WEIGHTS_PATH = "plnt.work/weights-path"  # pod template annotation: where the en
 WEIGHTS_SECRET = "plnt.work/weights-secret"  # noqa: S105 (annotation: the downloader's Secret)
 WORKFLOW_RUN_ID = "plnt.work/workflow-run-id"  # annotation on what a WorkflowRun composes
 STABLE_REVISION = "plnt.work/stable-revision"  # annotation: the revision serving traffic
+
+LABEL_VALUE_MAX = 63
+
+
+def value(name: str) -> str:
+    """A label value standing for a Kubernetes name, valid for any legal name (up to 253
+    characters): the name itself when it fits in 63, else a prefix and a stable hash of the
+    whole. Selectors built with value() match what value() labelled; where the full name must
+    be read back, it goes into an annotation beside the label."""
+    return name if len(name) <= LABEL_VALUE_MAX else names.dns_label(name)

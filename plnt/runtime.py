@@ -10,20 +10,26 @@ Its package name is ``function-<module with dashes>`` (``functions/model_replica
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import inspect
 import logging
+import multiprocessing
+import os
 import pkgutil
+import signal
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 from crossplane.function import runtime as sdk_runtime
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
+from grpc_reflection.v1alpha import reflection
 
 import functions as functions_pkg
-from plnt import xp
+from plnt import trust, xp
 
 log = logging.getLogger("plnt.function")
 
@@ -69,41 +75,234 @@ def load(function_name: str) -> RunFunction:
 async def call(
     run: RunFunction, req: fnv1.RunFunctionRequest, name: str
 ) -> fnv1.RunFunctionResponse:
-    """Runs a function and guarantees a response: invalid input and bugs become Fatal results."""
+    """Runs a function on what it may trust of the request (see `plnt.trust`) and guarantees a
+    response: invalid input and bugs become Fatal results. A plain function runs right here."""
+    if not inspect.iscoroutinefunction(run):
+        return call_blocking(run, req, name)
     try:
-        rsp = run(req)
-        if inspect.isawaitable(rsp):
-            rsp = await rsp
-        return rsp
-    except xp.InvalidInput as err:
-        rsp = xp.respond(req)
+        screened = _screen(req)
+        rsp = await _awaited(run(screened.request))
+        impostors = trust.impostors_after(screened, rsp)
+        if impostors:
+            screened = trust.without_impostors(screened, impostors)
+            rsp = await _awaited(run(screened.request))
+        return _with_warnings(rsp, screened)
+    except Exception as err:
+        return _failed(req, err, name)
+
+
+def call_blocking(
+    run: RunFunction, req: fnv1.RunFunctionRequest, name: str
+) -> fnv1.RunFunctionResponse:
+    """`call` for a plain (synchronous) function, without an event loop: the server runs it in a
+    worker thread so that its event loop stays free to accept, refuse and answer calls."""
+    try:
+        screened = _screen(req)
+        rsp = run(screened.request)
+        impostors = trust.impostors_after(screened, rsp)
+        if impostors:
+            screened = trust.without_impostors(screened, impostors)
+            rsp = run(screened.request)
+        return _with_warnings(rsp, screened)
+    except Exception as err:
+        return _failed(req, err, name)
+
+
+def _screen(req: fnv1.RunFunctionRequest) -> trust.Screened:
+    trust.check_composite(req)
+    return trust.screen(req)
+
+
+async def _awaited(rsp: Any) -> fnv1.RunFunctionResponse:
+    return await rsp if inspect.isawaitable(rsp) else rsp
+
+
+def _with_warnings(rsp: Any, screened: trust.Screened) -> fnv1.RunFunctionResponse:
+    if inspect.isawaitable(rsp):  # a plain function that returned an awaitable: a bug
+        raise TypeError("a synchronous run_function returned an awaitable")
+    for warning in screened.warnings:
+        xp.warning(rsp, warning)
+    return rsp
+
+
+def _failed(req: fnv1.RunFunctionRequest, err: Exception, name: str) -> fnv1.RunFunctionResponse:
+    rsp = xp.respond(req)
+    if isinstance(err, xp.InvalidInput):
         xp.fatal(rsp, f"invalid input: {err}")
         return rsp
-    except Exception as err:
-        # The message names the failure, never request data (it may hold credentials).
-        log.exception("%s failed", name)
-        rsp = xp.respond(req)
-        xp.fatal(rsp, f"{name}: internal error ({type(err).__name__}); see the function's log")
-        return rsp
+    # The message names the failure, never request data (it may hold credentials).
+    log.error("%s failed", name, exc_info=err)
+    xp.fatal(rsp, f"{name}: internal error ({type(err).__name__}); see the function's log")
+    return rsp
 
 
 def call_sync(
     run: RunFunction, req: fnv1.RunFunctionRequest, name: str
 ) -> fnv1.RunFunctionResponse:
+    """`call` for synchronous callers (render, tests, benchmarks)."""
+    if not inspect.iscoroutinefunction(run):
+        return call_blocking(run, req, name)
     return asyncio.run(call(run, req, name))
 
 
-class Servicer(grpcv1.FunctionRunnerServiceServicer):
-    """The gRPC FunctionRunnerService over one function."""
+# --- serving under load -----------------------------------------------------------------------
 
-    def __init__(self, function_name: str, run: RunFunction | None = None):
+# Worker processes for plain functions, one per core: each has its own GIL, so the serving
+# process's event loop never competes with a function for the interpreter and stays free to
+# accept, refuse and answer calls however busy the CPU is.
+WORKERS = max(1, len(os.sched_getaffinity(0)))
+# Calls admitted at once (running or waiting for a worker); beyond, RESOURCE_EXHAUSTED at once.
+MAX_ADMITTED = 2000
+# A call is refused when its expected wait plus run leaves less than this share of its deadline
+# unused: Crossplane retries a refusal on its next reconcile, a timeout costs it the deadline.
+DEADLINE_MARGIN = 0.8
+# How long gRPC core may hold a call the event loop has not picked up yet (beyond any deadline
+# Crossplane sets, so that gRPC never cancels a call on its own; 30 s by default).
+UNREQUESTED_LIMIT_S = 600
+# The first calls' expected duration, before any has been measured: on the high side, so that a
+# burst arriving before the first answer is refused rather than admitted to time out.
+INITIAL_SERVICE_S = 0.05
+
+
+class Admission:
+    """Bounded admission that refuses fast rather than letting a call run out its deadline.
+
+    Keeps an exponentially weighted mean of how long a call holds a worker; a new call is
+    admitted when fewer than `limit` are in, and the calls ahead of it plus its own run fit in
+    DEADLINE_MARGIN of its remaining deadline. Single-threaded: used on the event loop only.
+    """
+
+    def __init__(self, workers: int, limit: int = MAX_ADMITTED, *, estimate: bool = True) -> None:
+        self.workers = workers
+        self.limit = limit
+        self.estimate = estimate  # off for async functions: they wait on I/O, not on a worker
+        self.admitted = 0
+        self.service_s = INITIAL_SERVICE_S
+        self.refused = 0
+
+    def refusal(self, remaining_s: float | None) -> str | None:
+        """Why a new call with remaining_s of deadline is refused, or None to admit it."""
+        if self.admitted >= self.limit:
+            return f"overloaded: {self.admitted} calls in progress (limit {self.limit})"
+        expected = (self.admitted / self.workers + 1) * self.service_s
+        if self.estimate and remaining_s is not None and expected > DEADLINE_MARGIN * remaining_s:
+            return (
+                f"overloaded: {self.admitted} calls ahead, about {expected:.1f} s to answer, "
+                f"{remaining_s:.1f} s of deadline left"
+            )
+        return None
+
+    def enter(self) -> None:
+        self.admitted += 1
+
+    def leave(self, service_s: float | None) -> None:
+        """A call left; service_s is how long it held a worker (None: not measured)."""
+        self.admitted -= 1
+        if service_s is not None:
+            self.service_s += 0.1 * (service_s - self.service_s)
+
+
+# In a worker process: the function it runs, loaded once by name.
+_worker: tuple[str, RunFunction] | None = None
+
+
+def _start_worker(function_name: str) -> None:
+    global _worker  # noqa: PLW0603 (one per worker process)
+    _worker = (function_name, load(function_name))
+
+
+def _run_in_worker(request: bytes, deadline: float | None) -> tuple[bytes | None, float | None]:
+    """One call in a worker process, bytes in and out (protobuf, not pickled objects). A call
+    whose deadline passed while it waited is not run: its caller has given up, and running it
+    would only delay the calls behind it. (CLOCK_MONOTONIC is the same in every process.)"""
+    if deadline is not None and time.monotonic() >= deadline:
+        return None, None
+    assert _worker is not None
+    name, run = _worker
+    start = time.perf_counter()
+    rsp = call_blocking(run, fnv1.RunFunctionRequest.FromString(request), name)
+    return rsp.SerializeToString(), time.perf_counter() - start
+
+
+class Servicer:
+    """The gRPC FunctionRunnerService over one function, v1 and v1beta1 (wire-compatible).
+
+    Requests arrive as bytes and a plain function's answer leaves as bytes: the serving process
+    parses nothing for it. A worker process parses, runs and serializes; the event loop only
+    admits or refuses, hands bytes over and sends bytes back, so it stays free however busy the
+    CPU is. An async function (the canary gate's network I/O) runs on the loop, which it does
+    not block. Admission decides first: what cannot finish within its deadline is refused with
+    RESOURCE_EXHAUSTED at once.
+    """
+
+    def __init__(self, function_name: str, *, workers: int = WORKERS):
         self.name = function_name
-        self.run = run or load(function_name)
+        self.run = load(function_name)
+        self.blocking = not inspect.iscoroutinefunction(self.run)
+        self.workers = workers
+        self.admission = Admission(workers, estimate=self.blocking)
+        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
 
-    async def RunFunction(  # noqa: N802 (gRPC's name)
-        self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None
-    ) -> fnv1.RunFunctionResponse:
-        return await call(self.run, req, self.name)
+    def start(self) -> None:
+        """Start the worker processes (spawned, never forked) and warm them before serving."""
+        if not self.blocking:
+            return
+        self.pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(self.name,),
+        )
+        concurrent.futures.wait([self.pool.submit(time.monotonic) for _ in range(self.workers)])
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
+        """RunFunction of both service versions, bytes in and out (no (de)serializers)."""
+        method = {"RunFunction": grpc.unary_unary_rpc_method_handler(self.run_function)}
+        return [grpc.method_handlers_generic_handler(name, method) for name in SERVICES]
+
+    async def run_function(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        remaining = context.time_remaining()
+        refusal = self.admission.refusal(remaining)
+        if refusal is not None:
+            self.admission.refused += 1
+            if self.admission.refused % 100 == 1:  # one line per hundred, not a flood
+                log.warning(
+                    "%s: %s (%d refused so far)", self.name, refusal, self.admission.refused
+                )
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+        if not self.blocking or self.pool is None:
+            req = fnv1.RunFunctionRequest.FromString(request)
+            return (await call(self.run, req, self.name)).SerializeToString()
+        self.admission.enter()
+        service_s = None
+        try:
+            deadline = None if remaining is None else time.monotonic() + remaining
+            loop = asyncio.get_running_loop()
+            try:
+                data, service_s = await loop.run_in_executor(
+                    self.pool, _run_in_worker, request, deadline
+                )
+            except concurrent.futures.BrokenExecutor as err:  # a worker died (killed, OOM)
+                log.error("%s: a worker process died; starting new ones", self.name)
+                self.stop()
+                self.start()
+                req = fnv1.RunFunctionRequest.FromString(request)
+                return _failed(req, err, self.name).SerializeToString()
+            if data is None:
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed")
+            return data
+        finally:
+            self.admission.leave(service_s)
+
+
+SERVICES = (
+    fnv1.DESCRIPTOR.services_by_name["FunctionRunnerService"].full_name,
+    fnv1beta1.DESCRIPTOR.services_by_name["FunctionRunnerService"].full_name,
+)
 
 
 def serve(
@@ -113,19 +312,45 @@ def serve(
     insecure: bool = False,
     tls_certs_dir: str | None = None,
 ) -> None:
-    """Serves until SIGTERM, exactly as the SDK does (v1 and v1beta1 services, reflection)."""
+    """Serves until SIGTERM as the SDK does (v1 and v1beta1 services, reflection), with the
+    function's work off the event loop and admission bounded (see Servicer, Admission)."""
     servicer = Servicer(function_name)
     creds = sdk_runtime.load_credentials(tls_certs_dir) if tls_certs_dir else None
     if creds is None and not insecure:
         raise ValueError("either --insecure or --tls-certs-dir is required")
     log.info("serving %s on %s (%s)", function_name, address, "mTLS" if creds else "insecure")
-    sdk_runtime.serve(
-        servicer,
-        address,
-        creds=creds,
-        insecure=insecure and creds is None,
+    servicer.start()
+    try:
+        asyncio.run(_serve(servicer, address, creds))
+    finally:
+        servicer.stop()
+
+
+async def _serve(servicer: Servicer, address: str, creds: grpc.ServerCredentials | None) -> None:
+    server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # gRPC core cancels a call Python has not picked up within this time (30 s by
+            # default: the silent CANCELLED under CPU contention). Every call is picked up and
+            # answered or refused by Admission instead; its deadline still bounds it.
+            ("grpc.server_max_unrequested_time_in_server", UNREQUESTED_LIMIT_S),
         ],
+        # gRPC's own hard cap, above the admission limit: refused by gRPC core before Python.
+        maximum_concurrent_rpcs=MAX_ADMITTED + 100,
     )
+    server.add_generic_rpc_handlers(servicer.handlers())
+    reflection.enable_server_reflection(sdk_runtime.SERVICE_NAMES, server)
+    if creds is not None:
+        server.add_secure_port(address, creds)
+    else:
+        server.add_insecure_port(address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    try:
+        await stop.wait()
+    finally:
+        await server.stop(grace=sdk_runtime.SHUTDOWN_GRACE_PERIOD_SECONDS)

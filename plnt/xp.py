@@ -125,17 +125,31 @@ def join_path(base: str, loc: Iterable[Any]) -> str:
 # --- readiness of observed objects -------------------------------------------------------
 
 
+def status_of(obj: Any) -> dict[str, Any]:
+    """The object's status, or {} when it has none or it is not an object (malformed)."""
+    status = obj.get("status") if isinstance(obj, Mapping) else None
+    return status if isinstance(status, dict) else {}
+
+
+def conditions_of(obj: Any) -> list[dict[str, Any]]:
+    """The object's well-formed conditions: objects with a string type; the rest is skipped."""
+    conditions = status_of(obj).get("conditions")
+    if not isinstance(conditions, list):
+        return []
+    return [c for c in conditions if isinstance(c, dict) and isinstance(c.get("type"), str)]
+
+
 def condition_of(obj: Mapping[str, Any] | None, typ: str) -> dict[str, Any] | None:
-    if not obj:
-        return None
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == typ:
+    """The object's condition of type typ; None when absent or the status is malformed."""
+    for cond in conditions_of(obj):
+        if cond["type"] == typ:
             return cond
     return None
 
 
 def is_ready(obj: Mapping[str, Any] | None) -> bool:
-    """True when the object's Ready condition is True (Crossplane-managed resources and XRs)."""
+    """True when the object's Ready condition is True (Crossplane-managed resources and XRs).
+    Anything malformed on the way (a string status, string conditions) reads as not ready."""
     cond = condition_of(obj, "Ready")
     return bool(cond and cond.get("status") == "True")
 

@@ -139,7 +139,10 @@ def xr_id(xr: Mapping[str, Any]) -> str:
 async def _measure(
     targets: list[measure.Target], test: measure.SmokeTest, revision: str, run: str | None
 ) -> dict[str, Any]:
-    verdict = await measure.smoke_test(targets, test)
+    # a nonce per revision and run: a re-test of the same revision in a new run must not be
+    # flattered by the engine's prefix cache from the last one
+    nonce = f"{revision}-{run}" if run else revision
+    verdict = await measure.smoke_test(targets, test, nonce=nonce)
     return gate_status(verdict, revision, run, [t.endpoint for t in targets])
 
 

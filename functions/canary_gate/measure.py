@@ -9,6 +9,10 @@ endpoint's, so the pool passes too).
 The whole measurement is bounded by MEASURE_DEADLINE_S, well inside the two minutes Crossplane
 (v2.2) gives one composite reconcile; each request by REQUEST_TIMEOUT_S. Running out of time is
 a failed verdict, never a pass (the gate fails closed).
+
+The caller names the run with a nonce (the canary revision): every prompt starts with it and
+the endpoint's name, so an engine's prefix cache never answers a smoke test from an earlier
+revision's, nor one endpoint's from another's.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def failed(reason: str, budgets: Budgets) -> Verdict:
     )
 
 
-async def _one(target: Target, test: SmokeTest) -> Verdict:
+async def _one(target: Target, test: SmokeTest, nonce: str | None) -> Verdict:
     try:
         config = GateConfig(
             base_url=target.base_url,
@@ -71,19 +75,22 @@ async def _one(target: Target, test: SmokeTest) -> Verdict:
             concurrency=min(test.concurrency, test.prompts),
             timeout_s=test.request_timeout_s,
             api_key=target.api_key,
+            **({"nonce": f"{nonce}/{target.endpoint}"} if nonce else {}),
         )
     except ValueError as err:
         return failed(f"cannot smoke-test: {err}", test.budgets)
     return await run_gate_async(config)
 
 
-async def smoke_test(targets: list[Target], test: SmokeTest) -> Verdict:
-    """Measure every target concurrently and combine; never raises for server trouble."""
+async def smoke_test(targets: list[Target], test: SmokeTest, nonce: str | None = None) -> Verdict:
+    """Measure every target concurrently and combine; never raises for server trouble.
+
+    nonce names the run (unique per run: the canary revision); None draws a random one."""
     if not targets:
         return failed("no canary endpoint to measure", test.budgets)
     try:
         async with asyncio.timeout(test.deadline_s):
-            verdicts = await asyncio.gather(*(_one(t, test) for t in targets))
+            verdicts = await asyncio.gather(*(_one(t, test, nonce) for t in targets))
     except TimeoutError:
         return failed(f"the smoke test did not finish within {test.deadline_s:g} s", test.budgets)
     return combine({t.endpoint: v for t, v in zip(targets, verdicts, strict=True)}, test.budgets)

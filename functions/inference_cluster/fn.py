@@ -53,7 +53,7 @@ INSTANCE_TYPE_HELD = "InstanceTypeHeld"  # Provisioned reason: a pool keeps its 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     rsp = xp.respond(req)
     xr = xp.composite(req)
-    name = xr["metadata"]["name"]
+    name = (xr.get("metadata") or {}).get("name", "")
     inference_cluster.check_name(name)
     spec = inference_cluster.parse(xr.get("spec"))
     observed = xp.observed_resources(req)

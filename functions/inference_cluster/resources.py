@@ -48,7 +48,7 @@ def coreweave_cluster(
         "metadata": {
             "name": name,
             "namespace": source.namespace,
-            "labels": {labels.INFERENCE_CLUSTER: name},
+            "labels": {labels.INFERENCE_CLUSTER: labels.value(name)},
         },
         "spec": {
             "zone": source.zone,
@@ -113,7 +113,7 @@ def provider_config(provider: str, name: str, ref: KubeconfigRef) -> dict[str, A
     return {
         "apiVersion": PROVIDER_CONFIG_APIS[provider],
         "kind": "ClusterProviderConfig",
-        "metadata": {"name": name, "labels": {labels.INFERENCE_CLUSTER: name}},
+        "metadata": {"name": name, "labels": {labels.INFERENCE_CLUSTER: labels.value(name)}},
         "spec": {
             "credentials": {
                 "source": "Secret",

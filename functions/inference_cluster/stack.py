@@ -272,7 +272,7 @@ def release(cluster: str, namespace: str, component: str, target: Target) -> dic
         "metadata": {
             "name": f"{cluster}-{component}",
             "namespace": namespace,
-            "labels": {labels.INFERENCE_CLUSTER: cluster},
+            "labels": {labels.INFERENCE_CLUSTER: labels.value(cluster)},
             # provider-helm names the Helm release after the external name: on the workload
             # cluster the release is plainly "lws", "kgateway", ... as the charts expect.
             "annotations": {EXTERNAL_NAME: chart.release or component},
@@ -301,7 +301,7 @@ def manifest_object(cluster: str, namespace: str, component: str) -> dict[str, A
         "metadata": {
             "name": f"{cluster}-{component}",
             "namespace": namespace,
-            "labels": {labels.INFERENCE_CLUSTER: cluster},
+            "labels": {labels.INFERENCE_CLUSTER: labels.value(cluster)},
         },
         "spec": spec,
     }

@@ -127,7 +127,11 @@ def persistent_volume_claim(
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": pvc_name, "namespace": namespace, "labels": {CACHE_LABEL: name}},
+        "metadata": {
+            "name": pvc_name,
+            "namespace": namespace,
+            "labels": {CACHE_LABEL: labels.value(name)},
+        },
         "spec": claim,
     }
 
@@ -151,7 +155,7 @@ def staging_job(name: str, namespace: str, pvc_name: str, source: Source) -> dic
     }
     if source.secret_name:
         container["envFrom"] = [{"secretRef": {"name": source.secret_name}}]
-    pod_labels = {CACHE_LABEL: name}
+    pod_labels = {CACHE_LABEL: labels.value(name)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

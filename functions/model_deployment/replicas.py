@@ -49,7 +49,17 @@ def endpoint_resource_name(replica: str) -> str:
 
 
 def replica_labels(deployment: str, revision: str, cluster: str) -> dict[str, str]:
-    return {labels.DEPLOYMENT: deployment, labels.REVISION: revision, labels.CLUSTER: cluster}
+    return {
+        labels.DEPLOYMENT: labels.value(deployment),
+        labels.REVISION: labels.value(revision),
+        labels.CLUSTER: labels.value(cluster),
+    }
+
+
+def deployment_annotation(deployment: str) -> dict[str, str]:
+    """The full deployment name, where its label value had to be shortened (ModelService
+    reads it back to find the ModelDeployment)."""
+    return {} if labels.value(deployment) == deployment else {labels.DEPLOYMENT: deployment}
 
 
 def model_replica(
@@ -125,6 +135,11 @@ def model_endpoint(
             "name": replica,
             "namespace": namespace,
             "labels": replica_labels(deployment, revision, cluster) | {labels.API: OPENAI},
+            **_annotations(deployment_annotation(deployment)),
         },
         "spec": {"url": f"http://{address}{path}", "rewritePath": f"{path}/"},
     }
+
+
+def _annotations(annotations: dict[str, str]) -> dict[str, Any]:
+    return {"annotations": annotations} if annotations else {}

@@ -45,7 +45,7 @@ import heapq
 import ipaddress
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from plnt import labels
@@ -298,16 +298,30 @@ class Matcher:
         self._cel: dict[tuple[str, str, str], tuple[bool, str]] = {}
         self._fits: dict[tuple[int, str], EngineFit | str] = {}
         self.cel_evaluations = 0
+        # Per expression: devices it was evaluated on, and the last error if it erred on all.
+        self._tried: dict[str, int] = {}
+        self._erred: dict[str, tuple[int, str]] = {}
+
+    def always_errs(self, expr: str) -> str | None:
+        """The error of a selector that raised on every device it was tried on, else None: such
+        a selector (a typo, `productNam`) is the problem, not the fleet's capacity."""
+        erred = self._erred.get(expr)
+        if erred is None or erred[0] < self._tried.get(expr, 0):
+            return None
+        return erred[1]
 
     def selector(self, expr: str, class_name: str, device: Mapping[str, Any]) -> tuple[bool, str]:
         key = (expr, class_name, device.get("name", ""))
         hit = self._cel.get(key)
         if hit is None:
             self.cel_evaluations += 1
+            self._tried[expr] = self._tried.get(expr, 0) + 1
             try:
                 hit = (bool(self.evaluate(expr, dict(device))), "")
             except Exception as err:  # a CEL runtime error on this device: no match
                 hit = (False, f"selector error on device {key[2]}: {err}")
+                count = self._erred.get(expr, (0, ""))[0] + 1
+                self._erred[expr] = (count, hit[1])
             self._cel[key] = hit
         return hit
 
@@ -658,6 +672,10 @@ def schedule(
         msg += f" ({len(fleet_clusters)} on the fleet)"
         return Schedule(kept, released, placed, replicas, NO_MATCHING_CLUSTERS, msg)
     rejected = [f"cluster {c.name}: {sched.why_not(c)}" for c in matching]
+    erring = _erring_selectors(spec_engines, sched.matcher)
+    if erring:
+        msg = f"{head}; {erring}"
+        return Schedule(kept, released, placed, replicas, INVALID_NODE_SELECTOR, msg)
     unmatched = len(fleet_clusters) - len(matching)
     listed = rejected[:MAX_LISTED_CLUSTERS]
     if len(rejected) > len(listed):
@@ -670,6 +688,29 @@ def schedule(
 
 def _summary(placed: int, wanted: int) -> str:
     return f"placed {placed} of {wanted} replicas"
+
+
+def _selector_paths(
+    spec_engines: Sequence[Mapping[str, Any]],
+) -> Iterator[tuple[str, str]]:
+    """(field path, expression) of every CEL selector of the deployment's engines."""
+    for e, engine in enumerate(spec_engines):
+        for m, member in enumerate(engine.get("members") or []):
+            devices = (member.get("nodeSelector") or {}).get("devices") or []
+            for d, device in enumerate(devices):
+                for s, sel in enumerate(device.get("selectors") or []):
+                    path = f"spec.engines[{e}].members[{m}].nodeSelector.devices[{d}]"
+                    yield f"{path}.selectors[{s}].cel", sel.get("cel") or ""
+
+
+def _erring_selectors(spec_engines: Sequence[Mapping[str, Any]], matcher: Matcher) -> str:
+    """Selectors that raised an error on every device they were evaluated on, by field path."""
+    errors = []
+    for path, expr in _selector_paths(spec_engines):
+        error = matcher.always_errs(expr)
+        if error is not None:
+            errors.append(f"{path}: fails on every device it was tried on ({error})")
+    return "; ".join(errors)
 
 
 def _invalid_selectors(spec_engines: Sequence[Mapping[str, Any]], compile_check: Compile) -> str:

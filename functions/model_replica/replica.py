@@ -53,9 +53,7 @@ class Replica:
         }
 
 
-def label_value(value: str) -> str:
-    """A label value (63 characters at most) standing for ``value``."""
-    return value if len(value) <= 63 else names.dns_label(value)
+label_value = labels.value  # a label value (63 characters at most) standing for a name
 
 
 def kubernetes_object(replica: Replica, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from plnt.models.model_service import ModelServiceSpec
 MODELPLANE = "modelplane.ai/v1alpha1"
 ROUTE = "route"
 NOT_ACCEPTED = "NotAccepted"  # Routed reason: the Gateway refuses the route
+ENDPOINTS_REFUSED = "EndpointsRefused"  # Routed reason: endpoints exist, none may get traffic
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -53,7 +54,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     gateway = {"name": spec.gateway_ref.name, "namespace": spec.gateway_ref.namespace}
 
     # inputs: endpoints per selector, the deployments they belong to, the gateway's address
-    selected, targets = selected_endpoints(req, rsp, spec, namespace)
+    selected, targets, refused = selected_endpoints(req, rsp, spec, namespace)
     endpoints = {ep["metadata"]["name"]: ep for found in selected for ep in found}
     deployments = deployments_of(req, rsp, endpoints.values(), namespace)
     # A deployment's first revision takes no traffic until the canary gate passes it.
@@ -108,7 +109,9 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     if host:
         status["url"] = f"http://{host}{path}"
     xp.set_status(rsp, status)
-    xp.set_conditions(rsp, routed_condition(gateway, gateways, seen.get(ROUTE), integers, held))
+    xp.set_conditions(
+        rsp, routed_condition(gateway, gateways, seen.get(ROUTE), integers, held, refused)
+    )
     return rsp
 
 
@@ -118,9 +121,11 @@ def routed_condition(
     route: dict[str, Any] | None,
     integers: dict[str, int],
     held: list[str],
+    refused: dict[str, str],
 ) -> xp.Condition:
     """Whether traffic flows, and if not, the first thing in its way: the Gateway, then the
-    Gateway's verdict on the route, then the endpoints (a first rollout's wait for the gate)."""
+    Gateway's verdict on the route, then the endpoints (a first rollout's wait for the gate,
+    endpoints refused)."""
     where = f"{gateway['namespace']}/{gateway['name']}"
     if gateways is not None and not gateways:
         return conditions.waiting(
@@ -142,6 +147,13 @@ def routed_condition(
             f"{len(held)} endpoint(s) of a first rollout wait for the latency gate "
             f"({', '.join(held)}); the route answers 503",
             conditions.NO_ENDPOINTS,
+        )
+    if not receiving and refused:
+        why = "; ".join(f"{name} {problem}" for name, problem in sorted(refused.items()))
+        return conditions.waiting(
+            conditions.ROUTED,
+            f"every selected ModelEndpoint was refused ({why}); the route answers 503",
+            ENDPOINTS_REFUSED,
         )
     if not receiving:
         return conditions.waiting(
@@ -171,8 +183,9 @@ def selected_endpoints(
     rsp: fnv1.RunFunctionResponse,
     spec: ModelServiceSpec,
     namespace: str,
-) -> tuple[list[list[dict[str, Any]]], dict[str, tuple[str, str | None]]]:
-    """Per group, the usable ModelEndpoints it selects; and (URL, rewrite) per endpoint name.
+) -> tuple[list[list[dict[str, Any]]], dict[str, tuple[str, str | None]], dict[str, str]]:
+    """Per group, the usable ModelEndpoints it selects; (URL, rewrite) per endpoint name; and
+    why each refused endpoint was refused.
 
     An endpoint with a malformed spec or a refused host is left out with a warning.
     """
@@ -190,17 +203,18 @@ def selected_endpoints(
         for i, group in enumerate(spec.endpoints)
     ]
     every = {ep["metadata"]["name"]: ep for found in found_per_group for ep in found}
-    targets = {}
+    targets, refused = {}, {}
     for ep_name, ep in sorted(every.items()):
         target, problem = _target(ep)
         if problem:
             xp.warning(rsp, f"ModelEndpoint {ep_name} {problem}; it gets no traffic")
+            refused[ep_name] = problem
         else:
             targets[ep_name] = target
     usable = [
         [ep for ep in found if ep["metadata"]["name"] in targets] for found in found_per_group
     ]
-    return usable, targets
+    return usable, targets, refused
 
 
 def deployments_of(
@@ -210,7 +224,7 @@ def deployments_of(
     namespace: str,
 ) -> dict[str, dict[str, Any]]:
     """The ModelDeployments the endpoints' ``modelplane.ai/deployment`` labels name."""
-    names = {(ep["metadata"].get("labels") or {}).get(labels.DEPLOYMENT) for ep in endpoints}
+    names = {deployment_of(ep) for ep in endpoints}
     out = {}
     for dep in sorted(n for n in names if n):
         found = xp.require(
@@ -227,13 +241,21 @@ def deployments_of(
     return out
 
 
+def deployment_of(endpoint: dict[str, Any]) -> str | None:
+    """The ModelDeployment an endpoint belongs to: the full name from the annotation where the
+    label value had to be shortened (a name over 63 characters), else the label."""
+    meta = endpoint["metadata"]
+    full = (meta.get("annotations") or {}).get(labels.DEPLOYMENT)
+    return full or (meta.get("labels") or {}).get(labels.DEPLOYMENT)
+
+
 def _sorted(found: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return sorted(found or [], key=lambda ep: ep["metadata"]["name"])
 
 
 def _endpoint(ep: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> weights.Endpoint:
     ep_labels = ep["metadata"].get("labels") or {}
-    dep = ep_labels.get(labels.DEPLOYMENT)
+    dep = deployment_of(ep)
     canary_revision = (
         (deployments.get(dep or "", {}).get("status") or {}).get("revisions") or {}
     ).get("canary")

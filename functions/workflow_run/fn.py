@@ -174,7 +174,10 @@ def pod_template(run: str, spec: WorkflowRunSpec, preset: presets.Preset) -> dic
         annotations[labels.WEIGHTS_URI] = spec.model.storage_uri
         annotations[labels.WEIGHTS_PATH] = WEIGHTS_PATH
     return {
-        "metadata": {"labels": {labels.WORKFLOW_RUN: run}, "annotations": annotations},
+        "metadata": {
+            "labels": {labels.WORKFLOW_RUN: labels.value(run)},
+            "annotations": annotations,
+        },
         "spec": {"containers": [engine_container(spec, preset)]},
     }
 
@@ -240,7 +243,7 @@ def model_deployment(
         "kind": "ModelDeployment",
         "metadata": {
             "name": run,
-            "labels": {labels.WORKFLOW_RUN: run},
+            "labels": {labels.WORKFLOW_RUN: labels.value(run)},
             "annotations": {labels.WORKFLOW_RUN_ID: identity["workflowRunId"]},
         },
         "spec": body,
@@ -265,10 +268,12 @@ def model_service(
         "kind": "ModelService",
         "metadata": {
             "name": run,
-            "labels": {labels.WORKFLOW_RUN: run},
+            "labels": {labels.WORKFLOW_RUN: labels.value(run)},
             "annotations": annotations,
         },
         "spec": {
-            "endpoints": [{"weight": 1, "selector": {"matchLabels": {labels.DEPLOYMENT: run}}}]
+            "endpoints": [
+                {"weight": 1, "selector": {"matchLabels": {labels.DEPLOYMENT: labels.value(run)}}}
+            ]
         },
     }

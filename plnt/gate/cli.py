@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=client.DEFAULT_CONNECT_RETRIES,
         help="retries of a request that could not connect, before it counts as failed",
     )
+    parser.add_argument(
+        "--nonce",
+        help="starts every prompt (default: random per run, so that no prefix cache answers "
+        "from an earlier run)",
+    )
     parser.add_argument("--api-key-env", metavar="VAR", help="send the bearer key held in VAR")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
@@ -80,14 +85,15 @@ def _figures(name: str, figures: Percentiles, budget: float) -> str:
 
 def report(verdict: Verdict) -> str:
     """The human-readable table: a row per prompt, then p50/p95 and the verdict."""
-    lines = [f"{'prompt':>6}  {'ttft_ms':>9}  {'tpot_ms':>8}  {'tokens':>6}  outcome"]
+    header = f"{'prompt':>6}  {'ttft_ms':>9}  {'tpot_ms':>8}  {'max_gap_ms':>10}  {'tokens':>6}"
+    lines = [f"{header}  outcome"]
     for p in verdict.prompts:
         outcome = p.outcome if p.ok else f"{p.outcome}: {p.error}"
-        lines.append(
-            f"{p.index:>6}  {_ms(p.ttft_ms):>9}  {_ms(p.tpot_ms):>8}  {p.tokens:>6}  {outcome}"
-        )
+        figures = f"{_ms(p.ttft_ms):>9}  {_ms(p.tpot_ms):>8}  {_ms(p.max_gap_ms):>10}"
+        lines.append(f"{p.index:>6}  {figures}  {p.tokens:>6}  {outcome}")
     lines.append(_figures("TTFT", verdict.ttft_ms, verdict.budgets.ttft_ms))
     lines.append(_figures("TPOT", verdict.tpot_ms, verdict.budgets.tpot_ms))
+    lines.append(f"largest gap between two chunks: {_ms(verdict.max_gap_ms)} ms")
     lines.append(f"verdict: {verdict.verdict.upper()} ({verdict.reason})")
     return "\n".join(lines) + "\n"
 
@@ -112,6 +118,7 @@ def main(argv: list[str]) -> int:
             timeout_s=args.timeout_s,
             connect_retries=args.connect_retries,
             api_key=api_key,
+            **({"nonce": args.nonce} if args.nonce else {}),
         )
     except ValueError as err:
         parser.error(str(err))

@@ -1,20 +1,29 @@
 """The gate's measuring client: streaming chat completions over httpx, timed on the client.
 
-Per prompt, with a monotonic clock (`time.perf_counter_ns`):
+Per prompt, with a monotonic clock (`time.perf_counter_ns`), every time taken when the bytes
+arrive, before they are decoded:
 - TTFT = request sent (its first byte on the wire, so connection setup and any TLS handshake
-  are not counted) -> first chunk with generated text;
-- TPOT = (last token time - first token time) / (completion tokens - 1), the token count from the
-  usage chunk, else the number of text deltas; None for a one-token answer.
+  are not counted) -> first byte of the first chunk with generated text;
+- TPOT = (last token time - first token time) / (text chunks - 1): what arrived, never the
+  server's claimed usage.completion_tokens (which is only checked against the stream; a claim
+  the stream contradicts fails the prompt); None for a one-chunk answer;
+- the largest gap between two consecutive text chunks (a stall an average TPOT would hide).
 
 Fail closed: every error becomes a failed prompt with an outcome (see `stream.OUTCOMES`) and a
-reason, never an exception and never a pass. Only connect errors are retried (the request never
-reached the server, so a retry measures nothing twice); a stream that breaks is a failure.
-The API key goes into the Authorization header and nowhere else.
+reason, never an exception and never a pass. Retried are only requests that got no byte back:
+connect errors (up to connect_retries) and, once, a request the server dropped without a single
+byte of response (a reused keep-alive connection the server had just closed). A stream that
+broke after its first byte is never retried. The API key goes into the Authorization header and
+nowhere else.
+
+Prompts start with a nonce unique to the run (GateConfig.nonce), so a server's prefix cache
+cannot answer a smoke test from an earlier one: TTFT is what a new user would see.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,7 +32,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from plnt.gate import prompts
-from plnt.gate.stream import EventDecoder, PromptError, StreamTally
+from plnt.gate.stream import EventParser, PromptError, StreamTally
 
 # The seed's smokeTest defaults (WorkflowRun spec.canary.smokeTest).
 DEFAULT_PROMPTS = 10
@@ -35,6 +44,8 @@ DEFAULT_CONCURRENCY = 4
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_CONNECT_RETRIES = 2
 DEFAULT_RETRY_BACKOFF_S = 0.2
+# A request the server dropped before a byte of response is retried this many times.
+NO_RESPONSE_RETRIES = 1
 
 _ERROR_BODY_CHARS = 200
 
@@ -54,6 +65,8 @@ class GateConfig:
     connect_retries: int = DEFAULT_CONNECT_RETRIES
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S
     api_key: str | None = field(default=None, repr=False)
+    # Starts every prompt; a fresh random one per config unless the caller names the run.
+    nonce: str = field(default_factory=lambda: secrets.token_hex(6))
 
     def __post_init__(self) -> None:
         url = urlsplit(self.base_url)
@@ -80,6 +93,7 @@ class PromptResult:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     tokens: int = 0
+    max_gap_ms: float | None = None
     error: str | None = None
     attempts: int = 1
 
@@ -100,7 +114,7 @@ def request_body(config: GateConfig, index: int) -> dict[str, Any]:
     """The chat completion request for the index-th prompt."""
     return {
         "model": config.model,
-        "messages": prompts.messages(index),
+        "messages": prompts.messages(index, config.nonce),
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": config.max_tokens,
@@ -116,6 +130,10 @@ def _headers(config: GateConfig) -> dict[str, str]:
 
 def _redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "***") if secret else text
+
+
+class NoResponse(Exception):  # noqa: N818 (reads better at the raise site)
+    """The server closed the connection before a byte of response arrived."""
 
 
 async def _stream_once(client: httpx.AsyncClient, config: GateConfig, index: int) -> PromptResult:
@@ -136,23 +154,24 @@ async def _stream_once(client: httpx.AsyncClient, config: GateConfig, index: int
         headers=_headers(config),
         extensions={"trace": trace},
     )
-    response = await client.send(request, stream=True)
+    try:
+        response = await client.send(request, stream=True)
+    except (httpx.RemoteProtocolError, httpx.ReadError) as err:
+        raise NoResponse(f"{type(err).__name__}: {err}") from None
     try:
         if not 200 <= response.status_code < 300:
             body = " ".join((await response.aread()).decode("utf-8", "replace").split())
             raise PromptError(
                 "http-error", f"HTTP {response.status_code}: {body[:_ERROR_BODY_CHARS]}"
             )
-        tally = StreamTally()
-        decoder = EventDecoder()
-        async for line in response.aiter_lines():
-            now_ns = time.perf_counter_ns()
-            payload = decoder.feed(line)
-            if payload is not None:
-                tally.add_event(payload, now_ns)
-        payload = decoder.flush()
-        if payload is not None:
-            tally.add_event(payload, time.perf_counter_ns())
+        tally = StreamTally(max_tokens=config.max_tokens)
+        parser = EventParser()
+        async for data in response.aiter_bytes():
+            now_ns = time.perf_counter_ns()  # before anything is decoded
+            for event in parser.feed(data, now_ns):
+                tally.add_event(event.payload, event.arrived_ns)
+        for event in parser.close():
+            tally.add_event(event.payload, event.arrived_ns)
         tokens = tally.finish()
     finally:
         await response.aclose()
@@ -164,12 +183,13 @@ async def _stream_once(client: httpx.AsyncClient, config: GateConfig, index: int
         ttft_ms=(tally.first_token_ns - sent_ns) / 1e6,
         tpot_ms=spread_ns / (tokens - 1) / 1e6 if tokens > 1 else None,
         tokens=tokens,
+        max_gap_ms=tally.max_gap_ns / 1e6 if tokens > 1 else None,
     )
 
 
 async def measure_prompt(client: httpx.AsyncClient, config: GateConfig, index: int) -> PromptResult:
-    """Measure one prompt, retrying only connect errors; never raises (fails closed)."""
-    attempt = 0
+    """Measure one prompt, retrying only requests that got no byte back; never raises."""
+    attempt = connect_failures = dropped = 0
     while True:
         attempt += 1
         try:
@@ -177,10 +197,16 @@ async def measure_prompt(client: httpx.AsyncClient, config: GateConfig, index: i
                 result = await _stream_once(client, config, index)
             return replace(result, attempts=attempt)
         except (httpx.ConnectError, httpx.ConnectTimeout) as err:
-            if attempt > config.connect_retries:
+            connect_failures += 1
+            if connect_failures > config.connect_retries:
                 outcome, reason = "connect-error", f"cannot connect ({attempt} attempts): {err}"
                 break
-            await asyncio.sleep(config.retry_backoff_s * 2 ** (attempt - 1))
+            await asyncio.sleep(config.retry_backoff_s * 2 ** (connect_failures - 1))
+        except NoResponse as err:
+            dropped += 1
+            if dropped > NO_RESPONSE_RETRIES:
+                outcome, reason = "stream-error", f"no response ({attempt} attempts): {err}"
+                break
         except (TimeoutError, httpx.TimeoutException):
             outcome, reason = "timeout", f"no complete answer within {config.timeout_s:g} s"
             break

@@ -1,4 +1,4 @@
-"""A loopback OpenAI-compatible server that streams exactly as vLLM does, with known latencies.
+"""A loopback OpenAI-compatible server that streams as vLLM or llama.cpp do, with known latencies.
 
 For the gate's tests and `plnt bench`, and for trying `plnt gate` by hand:
 
@@ -9,6 +9,12 @@ and the first token at TTFT (vLLM sends the role chunk with the first engine out
 delta per token every TPOT (scheduled on absolute times so sleeps do not drift), a finish chunk
 (or `finish_reason: "length"` on the last token when max_tokens cuts the answer), the usage chunk
 with `choices: []`, then `data: [DONE]`. Failure modes (FAILURES) break that on purpose.
+
+Dialects (DIALECTS) are what real engines do differently, as the gate met them against
+llama.cpp: `llama-server` sends the role chunk with `content: null` together with the first
+token, ends with an empty-delta finish chunk and pings idle streams with SSE comments;
+`llama-cpp-python` sends the role chunk without `content` and no usage chunk at all, whatever
+`stream_options` asks. `keepalive_ms` sends `: keep-alive` comments while a stream waits.
 
 Plain asyncio streams rather than a web framework: the failure modes need control of the bytes on
 the wire (a broken chunked body, an aborted socket) and no new dependency is needed.
@@ -38,6 +44,32 @@ FAILURES: dict[str, str] = {
     "hang": "send the response headers, then nothing until the client gives up",
     "close": "abort the connection after a few tokens",
     "error-event": "send an error object inside the stream, then [DONE] (vLLM on engine errors)",
+    "error-abort": "send an error object after a few tokens, then cut the chunked body short "
+    "(llama.cpp when a prompt outgrows the context)",
+    "drop": "read the request, then close the connection without a byte of response (an engine "
+    "closing a reused keep-alive connection)",
+    "inflate-usage": "stream normally but claim 100 times the tokens in the usage chunk",
+}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one engine shapes the chunks around the tokens."""
+
+    role_delta: dict[str, Any]
+    role_with_first_token: bool  # the role chunk goes out with the first token, not before it
+    finish_delta: dict[str, Any]
+    finish_apart: bool  # finish_reason always in a chunk of its own, never on the last token
+    usage: bool  # honours stream_options.include_usage
+    timings: bool  # llama-server's server-side timings on the last chunk
+
+
+DIALECTS: dict[str, Dialect] = {
+    "vllm": Dialect(
+        {"role": "assistant", "content": ""}, False, {"content": ""}, False, True, False
+    ),
+    "llama-server": Dialect({"role": "assistant", "content": None}, True, {}, True, True, True),
+    "llama-cpp-python": Dialect({"role": "assistant"}, False, {}, True, False, False),
 }
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 500: "Error"}
@@ -56,10 +88,17 @@ class Behaviour:
     fail_requests: frozenset[int] | None = None
     model: str | None = None
     api_key: str | None = None
+    dialect: str = "vllm"
+    keepalive_ms: float = 0.0  # 0: no keep-alive comments
+    first_token_bytes: int = 0  # pad the first token's text to this many bytes (a huge chunk)
 
     def __post_init__(self) -> None:
         if self.failure is not None and self.failure not in FAILURES:
             raise ValueError(f"unknown failure {self.failure!r}; one of {sorted(FAILURES)}")
+        if self.dialect not in DIALECTS:
+            raise ValueError(f"unknown dialect {self.dialect!r}; one of {sorted(DIALECTS)}")
+        if self.keepalive_ms < 0 or self.first_token_bytes < 0:
+            raise ValueError("keepalive_ms and first_token_bytes must not be negative")
         if self.tokens < 0 or self.ttft_ms < 0 or self.tpot_ms < 0:
             raise ValueError("tokens, ttft_ms and tpot_ms must not be negative")
 
@@ -193,35 +232,54 @@ class FakeServer:
         failure = behaviour.failure if selected else None
         if failure == "http-500":
             return await _send_error(writer, 500, "InternalServerError", "engine failed")
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if failure == "drop":
+            writer.transport.abort()
+            return False
+        dialect = DIALECTS[behaviour.dialect]
+        include_usage = dialect.usage and bool(
+            (body.get("stream_options") or {}).get("include_usage")
+        )
         max_tokens = body.get("max_tokens")
         tokens = behaviour.tokens
         if isinstance(max_tokens, int) and max_tokens < tokens:
             tokens = max_tokens
-        stream = _Stream(writer, str(model), f"chatcmpl-fake-{ordinal}", self.token_ns[ordinal])
+        stream = _Stream(
+            writer, str(model), f"chatcmpl-fake-{ordinal}", self.token_ns[ordinal], dialect
+        )
         await stream.headers()
         if failure == "hang":
             await asyncio.Event().wait()  # until the client disconnects and stop() cancels us
-        await _sleep_until(received + behaviour.ttft_ms / 1000)
-        await stream.role()
+        cut = tokens < behaviour.tokens  # max_tokens ends the answer: "length" on the last token
+        if failure == "empty":
+            tokens, cut = 0, False
+        # Every token's bytes are built before the first is due: a huge chunk leaves on time.
+        chunks = []
+        for k in range(tokens):
+            finish = "length" if cut and k == tokens - 1 and not dialect.finish_apart else None
+            text = _WORDS[k % len(_WORDS)] + " "
+            if k == 0 and behaviour.first_token_bytes > len(text):
+                text = text.ljust(behaviour.first_token_bytes, "x")
+            with_role = k == 0 and dialect.role_with_first_token
+            chunks.append(stream.token(text, finish, with_role=with_role))
+        await stream.wait_until(received + behaviour.ttft_ms / 1000, behaviour.keepalive_ms)
+        if not dialect.role_with_first_token:
+            await stream.role()
         if failure == "error-event":
             await stream.send({"error": {"message": "engine died", "type": "InternalError"}})
             await stream.done()
             return True
-        cut = tokens < behaviour.tokens  # max_tokens ends the answer: "length" on the last token
-        if failure == "empty":
-            tokens, cut = 0, False
-        for k in range(tokens):
-            await _sleep_until(received + (behaviour.ttft_ms + k * behaviour.tpot_ms) / 1000)
-            finish = "length" if cut and k == tokens - 1 else None
-            await stream.token(_WORDS[k % len(_WORDS)] + " ", finish)
-            if k == min(2, tokens - 1) and failure in ("malformed", "missing-fields", "close"):
+        for k, chunk in enumerate(chunks):
+            due = received + (behaviour.ttft_ms + k * behaviour.tpot_ms) / 1000
+            await stream.wait_until(due, behaviour.keepalive_ms)
+            await stream.write_token(chunk)
+            if k == min(2, tokens - 1) and failure in FAILS_MID_STREAM:
                 return await stream.fail(failure)
-        if not cut:
-            await stream.finish("stop")
+        if not cut or dialect.finish_apart:
+            await stream.finish("length" if cut else "stop")
         if include_usage:
+            claimed = tokens * 100 if failure == "inflate-usage" else tokens
             await stream.usage(
-                prompt_tokens=len(json.dumps(body.get("messages"))) // 4, completion_tokens=tokens
+                prompt_tokens=len(json.dumps(body.get("messages"))) // 4, completion_tokens=claimed
             )
         if failure == "no-done":
             await stream.end()
@@ -230,14 +288,23 @@ class FakeServer:
         return True
 
 
+FAILS_MID_STREAM = ("malformed", "missing-fields", "close", "error-abort")
+
+
 class _Stream:
     """Writes one vLLM-shaped SSE response, one HTTP chunk per event."""
 
     def __init__(
-        self, writer: asyncio.StreamWriter, model: str, request_id: str, token_ns: list[int]
+        self,
+        writer: asyncio.StreamWriter,
+        model: str,
+        request_id: str,
+        token_ns: list[int],
+        dialect: Dialect,
     ) -> None:
         self.writer = writer
         self.token_ns = token_ns
+        self.dialect = dialect
         self.base = {
             "id": request_id,
             "object": "chat.completion.chunk",
@@ -257,8 +324,29 @@ class _Stream:
         )
         await self._write(head.encode())
 
-    async def send(self, payload: dict[str, Any] | str) -> None:
-        await self._write(_chunked(_event(payload)))
+    async def send(self, *payloads: dict[str, Any] | str) -> None:
+        """One HTTP chunk holding the events (llama-server writes a step's events at once)."""
+        await self._write(_chunked(b"".join(_event(p) for p in payloads)))
+
+    def token(self, text: str, finish: str | None, with_role: bool = False) -> bytes:
+        """The HTTP chunk carrying one token (with the role chunk before it, if asked)."""
+        chunk = self._choice({"content": text}, finish)
+        events = (
+            [self._choice(dict(self.dialect.role_delta), None), chunk] if with_role else [chunk]
+        )
+        return _chunked(b"".join(_event(e) for e in events))
+
+    async def write_token(self, data: bytes) -> None:
+        await self._write(data)
+        self.token_ns.append(time.perf_counter_ns())
+
+    async def wait_until(self, deadline: float, keepalive_ms: float) -> None:
+        """Sleep until deadline, sending a keep-alive comment every keepalive_ms meanwhile."""
+        loop = asyncio.get_running_loop()
+        while keepalive_ms and deadline - loop.time() > keepalive_ms / 1000:
+            await asyncio.sleep(keepalive_ms / 1000)
+            await self._write(_chunked(b": keep-alive\n\n"))
+        await _sleep_until(deadline)
 
     def _choice(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -267,14 +355,10 @@ class _Stream:
         return {**self.base, "choices": [choice]}
 
     async def role(self) -> None:
-        await self.send(self._choice({"role": "assistant", "content": ""}, None))
-
-    async def token(self, text: str, finish: str | None) -> None:
-        await self.send(self._choice({"content": text}, finish))
-        self.token_ns.append(time.perf_counter_ns())
+        await self.send(self._choice(dict(self.dialect.role_delta), None))
 
     async def finish(self, reason: str) -> None:
-        await self.send(self._choice({"content": ""}, reason))
+        await self.send(self._choice(dict(self.dialect.finish_delta), reason))
 
     async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
         usage = {
@@ -282,7 +366,10 @@ class _Stream:
             "total_tokens": prompt_tokens + completion_tokens,
             "completion_tokens": completion_tokens,
         }
-        await self.send({**self.base, "choices": [], "usage": usage})
+        chunk: dict[str, Any] = {**self.base, "choices": [], "usage": usage}
+        if self.dialect.timings:
+            chunk["timings"] = {"predicted_n": completion_tokens, "prompt_n": prompt_tokens}
+        await self.send(chunk)
 
     async def done(self) -> None:
         await self.send("[DONE]")
@@ -295,6 +382,11 @@ class _Stream:
         """Break the stream as the failure mode says; False: the connection must close."""
         if failure == "close":
             self.writer.transport.abort()
+            return False
+        if failure == "error-abort":
+            error = {"code": 400, "message": "the request exceeds the available context size"}
+            await self.send({"error": {**error, "type": "exceed_context_size_error"}})
+            self.writer.transport.abort()  # no terminating chunk, no [DONE]
             return False
         if failure == "malformed":
             await self.send('{"id": "broken", "choices": [{"index": 0, "delta": {"content": "x"')
@@ -372,6 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tpot-ms", type=float, default=20.0)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--failure", choices=sorted(FAILURES), help="break every request so")
+    parser.add_argument("--dialect", choices=sorted(DIALECTS), default="vllm")
+    parser.add_argument("--keepalive-ms", type=float, default=0.0)
     parser.add_argument("--model", help="serve only this model name (others get 404)")
     parser.add_argument("--api-key-env", help="require the bearer key held in this variable")
     return parser
@@ -397,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
             tpot_ms=args.tpot_ms,
             tokens=args.tokens,
             failure=args.failure,
+            dialect=args.dialect,
+            keepalive_ms=args.keepalive_ms,
             model=args.model,
             api_key=api_key,
         )

@@ -2,7 +2,10 @@
 
 Lengths vary on purpose, from a few words to a few hundred: a canary that only answers short
 prompts quickly (say, a broken prefix cache or a mis-sized prefill batch) still shows up in TTFT.
-The prompts are fixed so that two gate runs of the same revision are comparable.
+The texts are fixed so that two gate runs are comparable; each request starts with the run's
+nonce and its index, so that no two requests of any two runs share a prefix. Engines cache
+prompt prefixes (vLLM, SGLang, llama-server): a repeated smoke test would otherwise be answered
+from the cache and measure a TTFT no new user sees (llama-server: 710 ms fell to 25 ms).
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ def prompt(index: int) -> str:
     return PROMPTS[index % len(PROMPTS)]
 
 
-def messages(index: int) -> list[dict[str, str]]:
-    """The chat messages for the index-th request."""
-    return [{"role": "user", "content": prompt(index)}]
+def content(index: int, nonce: str) -> str:
+    """The index-th request's text: the nonce first, where a prefix cache would match."""
+    return f"Request {nonce}-{index}. {prompt(index)}"
+
+
+def messages(index: int, nonce: str) -> list[dict[str, str]]:
+    """The chat messages for the index-th request of the run named by nonce."""
+    return [{"role": "user", "content": content(index, nonce)}]

@@ -6,6 +6,10 @@ p95 of TTFT <= the TTFT budget AND the nearest-rank p95 of TPOT <= the TPOT budg
 slowest prompt, which is what a smoke test should hold to. Percentiles cover successful
 prompts only; a failure already fails the gate on its own. TPOT that cannot be measured (every
 answer one token long) fails closed.
+
+Beside the percentiles the verdict reports the largest gap between two consecutive text chunks
+of any successful prompt: a stall that an average TPOT hides. It is a figure, not a budget (the
+seed's smokeTest has TTFT and TPOT budgets only).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class Verdict:
     prompts: tuple[PromptResult, ...]
     budgets: Budgets
     measured_at: datetime
+    max_gap_ms: float | None = None  # the largest gap between two text chunks of any prompt
 
     @property
     def verdict(self) -> str:
@@ -80,12 +85,14 @@ class Verdict:
             "reason": self.reason,
             "ttftMs": _without_none(self.ttft_ms.rounded(1)),
             "tpotMs": _without_none(self.tpot_ms.rounded(1)),
+            **_without_none({"maxGapMs": _round(self.max_gap_ms, 1)}),
             "prompts": [
                 _without_none(
                     {
                         "index": p.index,
                         "ttftMs": _round(p.ttft_ms, 1),
                         "tpotMs": _round(p.tpot_ms, 1),
+                        "maxGapMs": _round(p.max_gap_ms, 1),
                         "tokens": p.tokens,
                         "outcome": p.outcome,
                         "error": p.error,
@@ -104,12 +111,14 @@ class Verdict:
             "reason": self.reason,
             "ttft_ms": self.ttft_ms.rounded(3),
             "tpot_ms": self.tpot_ms.rounded(3),
+            "max_gap_ms": _round(self.max_gap_ms, 3),
             "budgets": {"ttft_ms": self.budgets.ttft_ms, "tpot_ms": self.budgets.tpot_ms},
             "prompts": [
                 {
                     "index": p.index,
                     "ttft_ms": _round(p.ttft_ms, 3),
                     "tpot_ms": _round(p.tpot_ms, 3),
+                    "max_gap_ms": _round(p.max_gap_ms, 3),
                     "tokens": p.tokens,
                     "outcome": p.outcome,
                     "error": p.error,
@@ -128,6 +137,7 @@ def decide(
     ok = [r for r in results if r.ok]
     ttft = Percentiles.of([r.ttft_ms for r in ok if r.ttft_ms is not None])
     tpot = Percentiles.of([r.tpot_ms for r in ok if r.tpot_ms is not None])
+    gaps = [r.max_gap_ms for r in ok if r.max_gap_ms is not None]
     problems = _problems(results, ok, ttft, tpot, budgets)
     if problems:
         reason = "; ".join(problems)
@@ -145,6 +155,7 @@ def decide(
         prompts=tuple(sorted(results, key=lambda r: r.index)),
         budgets=budgets,
         measured_at=measured_at or datetime.now(UTC),
+        max_gap_ms=max(gaps, default=None),
     )
 
 

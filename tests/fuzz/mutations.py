@@ -186,3 +186,82 @@ def mutated_object(draw: st.DrawFn, obj: dict[str, Any]) -> dict[str, Any]:
     assume(not any(apiserver.schema_errors(m) for m in apiserver.embedded_manifests(obj)))
     assume(not apiserver.metadata_errors(obj))
     return obj
+
+
+# --- what the API server would never hold, but a request can carry (issue 19) ---------------
+
+NON_FINITE = st.sampled_from([float("nan"), float("inf"), float("-inf")])
+BROKEN_STATUS = st.one_of(
+    st.text(max_size=10),
+    st.integers(),
+    st.lists(st.text(max_size=5), max_size=3),
+    st.just(None),
+)
+BROKEN_CONDITIONS = st.one_of(
+    st.text(max_size=10),
+    st.lists(st.one_of(st.text(max_size=5), st.integers(), st.none()), min_size=1, max_size=3),
+    st.lists(
+        st.fixed_dictionaries({}, optional={"status": st.just("True"), "type": st.integers()}),
+        min_size=1,
+        max_size=2,
+    ),
+)
+IMPOSTOR_TYPES = st.sampled_from(
+    [("v1", "ConfigMap"), ("v1", "Secret"), ("apps/v1", "Deployment"), ("", "")]
+)
+
+
+@st.composite
+def hostile_observed(draw: st.DrawFn, obj: dict[str, Any]) -> dict[str, Any]:
+    """An observed object with its status broken (not an object, conditions not conditions) or
+    its apiVersion/kind replaced (an impostor under a composed name)."""
+    obj = copy.deepcopy(obj)
+    how = draw(st.sampled_from(["status", "conditions", "impostor"]))
+    if how == "status":
+        obj["status"] = draw(BROKEN_STATUS)
+    elif how == "conditions":
+        status = obj["status"] if isinstance(obj.get("status"), dict) else {}
+        status["conditions"] = draw(BROKEN_CONDITIONS)
+        obj["status"] = status
+    else:
+        obj["apiVersion"], obj["kind"] = draw(IMPOSTOR_TYPES)
+    return obj
+
+
+DNS_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+@st.composite
+def legal_name(draw: st.DrawFn) -> str:
+    """A DNS-1123 subdomain of any legal length, the long end weighted: 1..253 characters."""
+    length = draw(
+        st.one_of(st.sampled_from([62, 63, 64, 65, 127, 200, 252, 253]), st.integers(1, 253))
+    )
+    first = draw(st.sampled_from(DNS_CHARS))
+    inner = max(0, length - 2)
+    middle = draw(st.text(alphabet=DNS_CHARS + "-", min_size=inner, max_size=inner))
+    last = draw(st.sampled_from(DNS_CHARS)) if length > 1 else ""
+    return (first + middle + last)[:length]
+
+
+@st.composite
+def with_non_finite(draw: st.DrawFn, xr: dict[str, Any]) -> dict[str, Any]:
+    """``xr`` with one number of its spec (or a new field) made NaN or infinite."""
+    xr = copy.deepcopy(xr)
+    spec = xr.get("spec")
+    if not isinstance(spec, dict):
+        return xr
+    numbers = [
+        p
+        for p in paths(spec)
+        if p
+        and isinstance(parent_of(spec, p)[0][p[-1]], int | float)
+        and not isinstance(parent_of(spec, p)[0][p[-1]], bool)
+    ]
+    value = draw(NON_FINITE)
+    if numbers:
+        node, key = parent_of(spec, draw(st.sampled_from(numbers)))
+        node[key] = value
+    else:
+        spec["replicas"] = value
+    return xr

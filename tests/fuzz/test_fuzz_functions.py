@@ -38,7 +38,13 @@ from hypothesis import strategies as st
 
 from plnt import render, xp
 from tests.fuzz import apiserver
-from tests.fuzz.mutations import mutated, mutated_object
+from tests.fuzz.mutations import (
+    hostile_observed,
+    legal_name,
+    mutated,
+    mutated_object,
+    with_non_finite,
+)
 
 REPO = apiserver.REPO
 EXAMPLES_PER_FUNCTION = int(os.environ.get("PLNT_FUZZ_EXAMPLES", "60"))
@@ -179,6 +185,72 @@ def test_functions_survive_mutated_fleet(kind: str) -> None:
     check()
     print(f"\nfuzz {kind} (fleet): {sum(tally[k] for k in SCHEMA)} examples, {dict(tally)}")
     assert sum(tally[k] for k in SCHEMA) >= EXAMPLES_PER_FUNCTION
+
+
+OBSERVED_KINDS = sorted(k for k, scs in SCENARIOS.items() if any(s.observed for s in scs))
+
+
+@pytest.mark.parametrize("kind", OBSERVED_KINDS)
+def test_functions_survive_hostile_observed_state(kind: str) -> None:
+    """Observed objects no API server would hold (a string status, conditions that are not
+    conditions) or of another kind than composed under their name: never an internal error,
+    and what is composed still validates (the function reads them as not ready / absent)."""
+    scenarios = [s for s in SCENARIOS[kind] if s.observed]
+
+    @seed(20261219)
+    @FUZZ_SETTINGS
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        scenario = data.draw(st.sampled_from(scenarios))
+        observed = list(scenario.observed)
+        for index in data.draw(
+            st.sets(st.integers(0, len(observed) - 1), min_size=1, max_size=len(observed))
+        ):
+            observed[index] = data.draw(hostile_observed(observed[index]))
+        hostile = render.Scenario(scenario.xr, scenario.required, observed, scenario.path)
+        run(hostile, scenario.xr, record=tally.update, fatal_names_spec=False)
+
+    tally: Counter[str] = Counter()
+    check()
+    assert tally["function: composed"] > 0, "no hostile observed state got through to composing"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_functions_survive_any_legal_name(kind: str) -> None:
+    """XR names of every legal length up to 253: never an internal error; a Fatal names the
+    field (InferenceCluster caps its names on purpose); every label value written is valid."""
+
+    @seed(20261220)
+    @FUZZ_SETTINGS
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        scenario = data.draw(st.sampled_from(SCENARIOS[kind]))
+        xr = {
+            **scenario.xr,
+            "metadata": {**scenario.xr["metadata"], "name": data.draw(legal_name())},
+        }
+        run(scenario, xr, record=tally.update, fatal_names_spec=False)
+
+    tally: Counter[str] = Counter()
+    check()
+    assert tally["function: composed"] > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_functions_refuse_non_finite_numbers(kind: str) -> None:
+    """NaN and Infinity exist over gRPC, never in Kubernetes JSON: a Fatal naming the field."""
+
+    @seed(20261221)
+    @FUZZ_SETTINGS
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        scenario = data.draw(st.sampled_from(SCENARIOS[kind]))
+        xr = data.draw(with_non_finite(scenario.xr))
+        composition = CATALOGUE[(xr["apiVersion"], xr["kind"])]
+        with pytest.raises(render.PipelineError, match=r"invalid input: spec\S*: must be a finite"):
+            render.run_pipeline(composition, xr, scenario.observed, scenario.required)
+
+    check()
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -87,13 +87,15 @@ def test_table_has_a_row_per_prompt_and_the_verdict():
         run = plnt_gate("--base-url", server.url, "--model", "m", "--prompts", "3", *LOOSE)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].split() == ["prompt", "ttft_ms", "tpot_ms", "tokens", "outcome"]
+    assert lines[0].split() == ["prompt", "ttft_ms", "tpot_ms", "max_gap_ms", "tokens", "outcome"]
     rows = [line.split() for line in lines[1:4]]
     assert [row[0] for row in rows] == ["0", "1", "2"]
-    assert all(row[3:] == ["4", "ok"] for row in rows)
+    assert all(row[4:] == ["4", "ok"] for row in rows)
+    assert all(float(row[3]) >= 1.5 for row in rows)  # tokens 2 ms apart: no gap is shorter
     assert lines[4].startswith("TTFT ms  p50")
     assert lines[5].startswith("TPOT ms  p50")
-    assert lines[6].startswith("verdict: PASS (all 3 prompts succeeded")
+    assert re.fullmatch(r"largest gap between two chunks: \d+\.\d ms", lines[6])
+    assert lines[7].startswith("verdict: PASS (all 3 prompts succeeded")
 
 
 def test_api_key_is_sent_and_never_printed():

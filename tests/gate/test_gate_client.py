@@ -8,7 +8,7 @@ import pytest
 
 from plnt.gate import GateConfig, run_gate, run_gate_async
 from plnt.gate.client import chat_completions_url
-from plnt.gate.fake_server import FAILURES, Behaviour, FakeServer, serve_in_thread
+from plnt.gate.fake_server import DIALECTS, FAILURES, Behaviour, FakeServer, serve_in_thread
 from plnt.gate.prompts import PROMPTS
 
 # Budgets no loaded machine can miss, for tests that are not about the budgets.
@@ -69,18 +69,33 @@ def test_measures_injected_ttft_and_tpot(ttft, tpot, tokens, max_tokens):
 
 
 def test_sends_streaming_requests_with_usage_and_the_key():
-    verdict, server = gate(Behaviour(tokens=3), prompts=3, max_tokens=5, api_key="sekrit")
+    verdict, server = gate(
+        Behaviour(tokens=3), prompts=3, max_tokens=5, api_key="sekrit", nonce="rev-7"
+    )
     assert verdict.passed, verdict.reason
     assert server.requests[0] == {
         "model": "m",
-        "messages": [{"role": "user", "content": PROMPTS[0]}],
+        "messages": [{"role": "user", "content": f"Request rev-7-0. {PROMPTS[0]}"}],
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": 5,
     }
     sent = sorted(r["messages"][0]["content"] for r in server.requests)
-    assert sent == sorted(PROMPTS[:3])
+    assert sent == sorted(f"Request rev-7-{i}. {PROMPTS[i]}" for i in range(3))
     assert server.authorizations == ["Bearer sekrit"] * 3
+
+
+def test_every_prompt_of_every_run_starts_differently():
+    """Against prefix caching: no two requests of two runs share the start a cache matches on
+    (the nonce comes first), and a run without a named nonce draws a fresh one."""
+    _, first = gate(Behaviour(tokens=2), prompts=14)
+    _, second = gate(Behaviour(tokens=2), prompts=14)
+    starts = [r["messages"][0]["content"][:24] for r in first.requests + second.requests]
+    assert len(set(starts)) == 28
+    assert (
+        GateConfig(base_url="http://h", model="m").nonce
+        != GateConfig(base_url="http://h", model="m").nonce
+    )
 
 
 def test_no_authorization_header_without_a_key():
@@ -104,6 +119,9 @@ FAILURE_OUTCOMES = {
     "hang": ("timeout", "within 0.3 s"),
     "close": ("stream-error", "RemoteProtocolError"),
     "error-event": ("server-error", "engine died"),
+    "error-abort": ("server-error", "exceeds the available context size"),
+    "drop": ("stream-error", "no response (2 attempts): RemoteProtocolError"),
+    "inflate-usage": ("malformed", "usage.completion_tokens 400 is more than max_tokens 64"),
 }
 
 
@@ -121,6 +139,103 @@ def test_each_failure_mode_fails_the_gate(failure):
     assert [p.outcome for p in verdict.prompts] == [outcome, outcome]
     assert all(message in p.error for p in verdict.prompts)
     assert verdict.reason.startswith("2 of 2 prompts failed")
+
+
+def test_a_stream_that_broke_after_its_first_byte_is_never_retried():
+    verdict, server = gate(Behaviour(tokens=6, failure="close"), prompts=1)
+    assert [(p.outcome, p.attempts) for p in verdict.prompts] == [("stream-error", 1)]
+    assert len(server.requests) == 1
+
+
+def test_a_request_dropped_without_a_byte_is_retried_once():
+    """Real engines answer about 0.3-1% of requests on a reused keep-alive connection with
+    nothing at all; such a request never reached the model, so one retry measures nothing twice.
+    The second request of a one-connection worker is the reused connection's."""
+    behaviour = Behaviour(tokens=3, failure="drop", fail_requests=frozenset({1}))
+    verdict, server = gate(behaviour, prompts=3, concurrency=1)
+    assert verdict.passed, verdict.reason
+    assert [(p.outcome, p.attempts) for p in verdict.prompts] == [
+        ("ok", 1),
+        ("ok", 2),
+        ("ok", 1),
+    ]
+    assert len(server.requests) == 4
+
+
+def test_a_slow_server_claiming_many_tokens_fails():
+    """The fail-open found: tokens 60 ms apart (over a 40 ms budget) with a usage chunk claiming
+    100 times as many made the gate pass with a p95 TPOT under 1 ms."""
+    behaviour = Behaviour(ttft_ms=5, tpot_ms=60, tokens=6, failure="inflate-usage")
+    verdict, _ = gate(
+        behaviour, prompts=2, max_tokens=1000, ttft_budget_ms=60_000, tpot_budget_ms=40
+    )
+    assert not verdict.passed
+    assert [p.outcome for p in verdict.prompts] == ["malformed", "malformed"]
+    assert "usage.completion_tokens 600 is more than" in verdict.prompts[0].error
+    assert "(6 text chunks, 39 bytes streamed)" in verdict.prompts[0].error
+
+
+def test_tpot_is_what_arrived_even_when_the_claim_is_plausible():
+    """A claim the stream can hold (6 chunks of 39 bytes could hold 39 tokens) is still not
+    used to compute TPOT: 60 ms between chunks is 60 ms, over a 40 ms budget."""
+    for _ in range(ATTEMPTS):
+        verdict, _ = gate(Behaviour(tpot_ms=60, tokens=6), prompts=1, tpot_budget_ms=40)
+        if verdict.tpot_ms.p95 is not None and verdict.tpot_ms.p95 >= 57:
+            break
+    assert not verdict.passed
+    assert verdict.tpot_ms.p95 >= 57
+    assert re.fullmatch(r"p95 TPOT \d+\.\d ms > budget 40 ms", verdict.reason)
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+@pytest.mark.parametrize("max_tokens", [4, 64])
+def test_every_engine_dialect_is_read(dialect, max_tokens):
+    """Role chunks with `content` "", null or absent, finish chunks with an empty delta, no
+    usage chunk at all: the same answer is read the same way."""
+    behaviour = Behaviour(tokens=6, dialect=dialect)
+    verdict, _ = gate(behaviour, prompts=2, max_tokens=max_tokens)
+    assert verdict.passed, verdict.reason
+    assert [p.tokens for p in verdict.prompts] == [min(6, max_tokens)] * 2
+
+
+def test_keep_alive_comments_are_not_tokens():
+    """Comments while the server thinks neither start TTFT nor count as chunks."""
+    for _ in range(ATTEMPTS):
+        verdict, _ = gate(
+            Behaviour(ttft_ms=60, tpot_ms=10, tokens=4, keepalive_ms=5), prompts=3, concurrency=1
+        )
+        assert [p.tokens for p in verdict.prompts] == [4, 4, 4]
+        assert all(p.ttft_ms >= 59.5 for p in verdict.prompts)
+        if within(verdict.ttft_ms.p50, 60):
+            break
+    else:
+        pytest.fail(f"median TTFT {verdict.ttft_ms.p50} vs 60 injected")
+
+
+def test_a_huge_first_chunk_is_timed_when_it_starts_to_arrive():
+    """A 1 MB first token used to be timed after it was read and parsed (217 ms against 100
+    injected). The median over prompts is within 5 ms or 5% of the injected TTFT."""
+    behaviour = Behaviour(ttft_ms=100, tpot_ms=5, tokens=3, first_token_bytes=1_000_000)
+    medians = []
+    for _ in range(ATTEMPTS):
+        verdict, _ = gate(behaviour, prompts=5, concurrency=1)
+        assert verdict.passed, verdict.reason
+        medians.append(verdict.ttft_ms.p50)
+        if within(verdict.ttft_ms.p50, 100):
+            break
+    else:
+        pytest.fail(f"median TTFT of each run {medians} vs 100 injected")
+
+
+def test_the_largest_gap_between_chunks_is_reported():
+    verdict, _ = gate(Behaviour(ttft_ms=5, tpot_ms=30, tokens=4), prompts=2)
+    assert all(p.max_gap_ms >= 29 for p in verdict.prompts)
+    assert verdict.max_gap_ms == max(p.max_gap_ms for p in verdict.prompts)
+    status = verdict.to_status()
+    assert status["maxGapMs"] == round(verdict.max_gap_ms, 1)
+    assert [p["maxGapMs"] for p in status["prompts"]] == [
+        round(p.max_gap_ms, 1) for p in verdict.prompts
+    ]
 
 
 def test_one_failed_prompt_of_five_fails_the_gate():

@@ -152,6 +152,7 @@ def test_to_json_keys_for_the_cli():
             "index": 0,
             "ttft_ms": 120.0,
             "tpot_ms": 20.0,
+            "max_gap_ms": None,
             "tokens": 4,
             "outcome": "ok",
             "error": None,

@@ -138,4 +138,5 @@ def test_never_raises_on_half_reported_clusters(
         scheduler.SCHEDULED,
         scheduler.INSUFFICIENT_CAPACITY,
         scheduler.NO_MATCHING_CLUSTERS,
+        scheduler.INVALID_NODE_SELECTOR,  # a selector that errs on every device (issue 19)
     )
