@@ -110,7 +110,8 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         status["url"] = f"http://{host}{path}"
     xp.set_status(rsp, status)
     xp.set_conditions(
-        rsp, routed_condition(gateway, gateways, seen.get(ROUTE), integers, held, refused)
+        rsp,
+        routed_condition(gateway, gateways, seen.get(ROUTE), integers, held=held, refused=refused),
     )
     return rsp
 
@@ -120,6 +121,7 @@ def routed_condition(
     gateways: list[dict[str, Any]] | None,
     route: dict[str, Any] | None,
     integers: dict[str, int],
+    *,
     held: list[str],
     refused: dict[str, str],
 ) -> xp.Condition:
