@@ -72,6 +72,14 @@ def load(function_name: str) -> RunFunction:
     return module.run_function
 
 
+def keeps_state(function_name: str) -> bool:
+    """True for a function whose calls share state in its process (the canary gate's
+    measurements outlive the call that starts them): it runs in the serving process, on a
+    thread, never in a worker process of its own."""
+    module = importlib.import_module(f"functions.{module_name(function_name)}.fn")
+    return bool(getattr(module, "KEEPS_STATE", False))
+
+
 async def call(
     run: RunFunction, req: fnv1.RunFunctionRequest, name: str
 ) -> fnv1.RunFunctionResponse:
@@ -239,13 +247,14 @@ class Servicer:
         self.name = function_name
         self.run = load(function_name)
         self.blocking = not inspect.iscoroutinefunction(self.run)
+        self.in_process = keeps_state(function_name)
         self.workers = workers
         self.admission = Admission(workers, estimate=self.blocking)
         self.pool: concurrent.futures.ProcessPoolExecutor | None = None
 
     def start(self) -> None:
         """Start the worker processes (spawned, never forked) and warm them before serving."""
-        if not self.blocking:
+        if not self.blocking or self.in_process:
             return
         self.pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=self.workers,
@@ -274,9 +283,13 @@ class Servicer:
                     "%s: %s (%d refused so far)", self.name, refusal, self.admission.refused
                 )
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
-        if not self.blocking or self.pool is None:
+        if not self.blocking:
             req = fnv1.RunFunctionRequest.FromString(request)
             return (await call(self.run, req, self.name)).SerializeToString()
+        if self.pool is None:  # state shared across calls: this process, off the event loop
+            req = fnv1.RunFunctionRequest.FromString(request)
+            rsp = await asyncio.to_thread(call_blocking, self.run, req, self.name)
+            return rsp.SerializeToString()
         self.admission.enter()
         service_s = None
         try:

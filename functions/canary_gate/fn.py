@@ -60,6 +60,9 @@ from plnt.gate.verdict import Budgets, Verdict
 from plnt.models.model_deployment import Canary
 from plnt.models.model_endpoint import ModelEndpointSpec
 
+# Measurements run in the background of the serving process and are shared by its calls
+# (inflight.py): the runtime must not spread this function over worker processes.
+KEEPS_STATE = True
 VERDICT_CONTEXT = "plnt.work/canary-verdict"
 VERDICTS = ("Pass", "Fail")
 WAIT_TTL_S = 15.0  # how soon Crossplane calls again while the canary comes up

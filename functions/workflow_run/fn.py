@@ -43,7 +43,11 @@ SERVICE = "model-service"
 INFERENCE_CLASSES = "inference-classes"
 MODELPLANE = "modelplane.ai/v1alpha1"
 CROSSPLANE = "crossplane.io/"  # label prefix Crossplane puts on what it composes
-WEIGHTS_PATH = "/models"  # where ModelReplica mounts a ModelCache, too
+WEIGHTS_PATH = "/models"
+COMPOSED_KINDS = {
+    DEPLOYMENT: (MODELPLANE, "ModelDeployment"),
+    SERVICE: (MODELPLANE, "ModelService"),
+}  # where ModelReplica mounts a ModelCache, too
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -97,7 +101,13 @@ def _refuse(
 ) -> None:
     """An invalid spec: phase Failed with the reason, through a path that is not Fatal (whose
     status Crossplane would discard), composing exactly what is observed so nothing is deleted
-    and whatever ran under the previous spec keeps running."""
+    and whatever ran under the previous spec keeps running. Only what this function composes
+    is carried, and only from an object of the kind it composes under that name."""
+    observed = {
+        resource: obj
+        for resource, obj in observed.items()
+        if (obj.get("apiVersion"), obj.get("kind")) == COMPOSED_KINDS.get(resource)
+    }
     for resource, obj in observed.items():
         ready = {DEPLOYMENT: phases.serving, SERVICE: phases.routed}.get(resource, xp.is_ready)
         xp.compose(rsp, resource, carried(obj), ready=ready(obj))
