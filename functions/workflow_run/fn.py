@@ -43,11 +43,12 @@ SERVICE = "model-service"
 INFERENCE_CLASSES = "inference-classes"
 MODELPLANE = "modelplane.ai/v1alpha1"
 CROSSPLANE = "crossplane.io/"  # label prefix Crossplane puts on what it composes
-WEIGHTS_PATH = "/models"
+WEIGHTS_PATH = "/models"  # where ModelReplica mounts a ModelCache, too
+# what this function composes under each name: observed objects are trusted only as these
 COMPOSED_KINDS = {
     DEPLOYMENT: (MODELPLANE, "ModelDeployment"),
     SERVICE: (MODELPLANE, "ModelService"),
-}  # where ModelReplica mounts a ModelCache, too
+}
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
