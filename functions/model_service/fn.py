@@ -105,6 +105,9 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             for n in sorted(integers)
         ],
         "path": path,
+        "deployments": [
+            {"name": dep, **_revisions(obj)} for dep, obj in sorted(deployments.items())
+        ],
     }
     if host:
         status["url"] = f"http://{host}{path}"
@@ -273,6 +276,12 @@ def _untested(ep: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> boo
         return False
     revisions = (dep.get("status") or {}).get("revisions") or {}
     return not revisions.get("stable")
+
+
+def _revisions(deployment: dict[str, Any]) -> dict[str, str]:
+    """A ModelDeployment's stable and canary revisions, as far as it reports them."""
+    revisions = (deployment.get("status") or {}).get("revisions") or {}
+    return {k: v for k in ("stable", "canary") if isinstance(v := revisions.get(k), str) and v}
 
 
 def _canary_percent(deployment: dict[str, Any]) -> int:

@@ -88,13 +88,25 @@ def serving(deployment: Mapping[str, Any] | None) -> bool:
     return bool(stable) and _cond(deployment, conditions.REPLICAS_READY).get("status") == "True"
 
 
-def routed(service: Mapping[str, Any] | None) -> bool:
-    """The ModelService has a URL, is Ready, and sends traffic to at least one endpoint."""
-    return bool(
+def routed(service: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None = None) -> bool:
+    """The ModelService has a URL, is Ready, sends traffic to at least one endpoint and, given
+    the ModelDeployment, computed its weights from the revisions the deployment reports now (so
+    a promotion or rollback counts as routed only once traffic has followed it)."""
+    if not (
         _status(service).get("url")
         and xp.is_ready(service)
         and _cond(service, conditions.ROUTED).get("status") == "True"
-    )
+    ):
+        return False
+    if deployment is None:
+        return True
+    name = (deployment.get("metadata") or {}).get("name")
+    revisions = _status(deployment).get("revisions") or {}
+    want = {k: revisions[k] for k in ("stable", "canary") if revisions.get(k)}
+    for seen in _status(service).get("deployments") or []:
+        if isinstance(seen, Mapping) and seen.get("name") == name:
+            return {k: seen[k] for k in ("stable", "canary") if seen.get(k)} == want
+    return False
 
 
 def derive(
@@ -138,7 +150,7 @@ def derive(
     if canary and canary_cond.get("reason") in CANARY_WAITING:
         return _testing(deployment, canary, stable, endpoint)
     replicas_ready = ready.get("status") == "True"
-    is_routed = routed(service)
+    is_routed = routed(service, deployment)
     if canary_cond.get("reason") == CANARY_PROMOTED and not (replicas_ready and is_routed):
         return Phase(
             PROMOTING, f"revision {stable} passed the gate; shifting traffic to it", endpoint

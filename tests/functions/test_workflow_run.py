@@ -649,7 +649,21 @@ _ROUTED_SERVICE = {
 
 def _md(revisions: dict, gate: dict | None = None, *conds: dict, run_id: str = RUN) -> dict:
     canary = {"run": run_id} | ({"gate": gate} if gate else {})
-    return {"status": {"revisions": revisions, "canary": canary, "conditions": [*conds]}}
+    return {
+        "metadata": {"name": "llama"},
+        "status": {"revisions": revisions, "canary": canary, "conditions": [*conds]},
+    }
+
+
+def _following(service: dict, md: dict) -> dict:
+    """The service as it reads once it has computed its weights from the deployment's
+    revisions now (the routed service of every row, unless a row says otherwise)."""
+    if service is not _ROUTED_SERVICE:
+        return service
+    out = copy.deepcopy(service)
+    revisions = md["status"]["revisions"]
+    out["status"]["deployments"] = [{"name": "llama", **revisions}]
+    return out
 
 
 _FIRST = {"canary": "b"}
@@ -769,6 +783,18 @@ RUN_TABLE = [
         _URL,
     ),
     ("ready", _md({"stable": "a"}, None, _SCHEDULED, _READY), _ROUTED_SERVICE, "Ready", _URL),
+    (
+        "promoted, the service still weighs the old revisions",
+        _md({"stable": "b"}, None, _SCHEDULED, _READY),
+        {
+            "status": {
+                **_ROUTED_SERVICE["status"],
+                "deployments": [{"name": "llama", "stable": "a", "canary": "b"}],
+            }
+        },
+        "Promoting",
+        _URL,
+    ),
 ]
 
 
@@ -776,7 +802,7 @@ RUN_TABLE = [
     ("md", "ms", "want", "endpoint"), [c[1:] for c in RUN_TABLE], ids=[c[0] for c in RUN_TABLE]
 )
 def test_phase_rules_of_a_run(md, ms, want, endpoint) -> None:
-    phase = phases.derive(md, ms, RUN)
+    phase = phases.derive(md, _following(ms, md), RUN)
     assert (phase.name, phase.endpoint) == (want, endpoint)
 
 
