@@ -80,8 +80,16 @@ def control_plane_gateway() -> list[dict[str, Any]]:
     ]
 
 
+# An existing GPU cluster's nodes, as its operators run them: labelled with their plnt pool
+# (docs/inference-cluster.md) and tainted as NVIDIA's GPU operator and managed node groups do.
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
 def apply_existing_cluster(plane: ControlPlane, name: str = CLUSTER, nodes: int = NODES) -> None:
     workload = plane.workload(name)
+    plane.simulator.add_nodes(
+        workload, "h100", nodes, labels={"modelplane.ai/pool": "h100"}, taints=[GPU_TAINT]
+    )
     kubeconfig = yaml.safe_dump(workload.kubeconfig_doc())
     docs = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SECRET_NAMESPACE}},

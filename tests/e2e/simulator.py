@@ -16,9 +16,18 @@ CRDs' status schemas:
 - the gateway controller: a Gateway's `status.addresses` (a TEST-NET-1 address inside the
   private network namespace) and Accepted/Programmed conditions; its data plane is
   `tests/e2e/engines.py`.
-- CKS's NodePool controller: a NodePool's AtTarget condition and node counts.
-- the kubelet (with the Deployment and LeaderWorkerSet controllers it would report through): a
-  workload's status once its copies would be running (`availableReplicas` = spec.replicas).
+- CKS's NodePool controller: a NodePool's AtTarget condition and node counts, and the pool's
+  Nodes (with the NodePool's labels and taints) as CKS would join them.
+- kube-scheduler (no DRA allocation, no resource accounting): binds a pending pod to a Ready
+  node its nodeSelector matches and whose taints it tolerates, through the binding subresource;
+  a pod that fits no node stays Pending with the PodScheduled=False message the scheduler
+  would give.
+- the kubelet: a bound pod's status, as it starts: init containers (plnt's `stage-weights`
+  downloading the model) running for STAGING_SECONDS, then the containers running and, after
+  ENGINE_START_SECONDS, ready. The real Deployment and ReplicaSet controllers (in the workload
+  cluster's kube-controller-manager) turn that into the Deployment's availability.
+- the LeaderWorkerSet controller (none can run here): a LeaderWorkerSet's status once its
+  groups would be ready.
 """
 
 from __future__ import annotations
@@ -48,7 +57,8 @@ GATEWAY = ("gateway.networking.k8s.io/v1", "Gateway")
 HTTPROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
 GATEWAY_CONTROLLER = "plnt.test/gateway-stand-in"
 NODEPOOL = ("compute.coreweave.com/v1alpha1", "NodePool")
-DEPLOYMENT = ("apps/v1", "Deployment")
+POD = ("v1", "Pod")
+NODE = ("v1", "Node")
 LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
 
 # What a chart puts on the cluster that another component needs to exist (CRDs, classes).
@@ -125,9 +135,11 @@ SHARED_VAST = {
 }
 
 
-# How long a pod's init containers (staging model weights) "run" before the engine is ready:
-# longer than Crossplane's poll interval, so the PullingWeights phase is observed.
-STAGING_SECONDS = 8.0
+# How long a pod's init containers (staging model weights) "run", and then how long its engine
+# takes to load them and pass its readiness probe: long enough (several of Crossplane's poll
+# intervals) that PullingWeights and Deploying are each seen.
+STAGING_SECONDS = 15.0
+ENGINE_START_SECONDS = 10.0
 
 
 def condition(
@@ -163,7 +175,8 @@ class Simulator:
         self.installed: set[tuple[str, str]] = set()  # (api server, chart)
         self.kubelet_paused = threading.Event()  # set: workloads stay unavailable
         self.cks_clusters: dict[tuple[str, str], str] = {}  # (ns, name) -> workload name
-        self.first_seen: dict[tuple[str, ...], float] = {}  # a workload generation, first seen
+        self.first_seen: dict[tuple[str, ...], float] = {}  # a pod, first seen bound
+        self.pod_stage: dict[tuple[str, ...], str] = {}  # the stage last written per pod
         from tests.e2e import engines
 
         self.engines = engines.Engines(self)
@@ -210,7 +223,8 @@ class Simulator:
             ]
             if not self.kubelet_paused.is_set():
                 out += [
-                    lambda api=api: [self._deployment(api, d) for d in api.list(*DEPLOYMENT)],
+                    lambda api=api: self._schedule(api),
+                    lambda api=api: [self._kubelet(api, p) for p in api.list(*POD)],
                     lambda api=api: [self._leader_worker_set(api, w) for w in api.list(*LWS)],
                 ]
         return out
@@ -401,6 +415,13 @@ class Simulator:
             return
         spec = pool.get("spec") or {}
         nodes = spec.get("targetNodes", spec.get("minNodes", 1))
+        self.add_nodes(
+            api,
+            pool["metadata"]["name"],
+            nodes,
+            labels=spec.get("nodeLabels") or {},
+            taints=spec.get("nodeTaints") or [],
+        )
         api.patch_status(
             pool,
             {
@@ -409,60 +430,136 @@ class Simulator:
             },
         )
 
-    def _staging(self, api: kube.APIServer, obj: dict[str, Any], pod_spec: dict[str, Any]) -> bool:
-        """True while the pods' init containers would still be staging weights."""
-        meta = obj["metadata"]
-        key = (
-            api.name,
-            obj["kind"],
-            meta.get("namespace", ""),
-            meta["name"],
-            str(meta.get("generation")),
-        )
-        first = self.first_seen.setdefault(key, time.monotonic())
-        return bool(pod_spec.get("initContainers")) and time.monotonic() - first < STAGING_SECONDS
+    def add_nodes(self, api: kube.APIServer, pool: str, count: int, **node: Any) -> None:
+        """``count`` Ready nodes of ``pool`` (labels and taints as given), as a cluster's
+        operator or CKS would have joined them."""
+        for i in range(count):
+            name = f"{pool}-{i}"
+            labels_ = {"kubernetes.io/hostname": name, **(node.get("labels") or {})}
+            obj = api.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": labels_},
+                    "spec": {"taints": node.get("taints") or []},
+                }
+            )
+            api.patch_status(
+                obj,
+                {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status",
+                            "lastHeartbeatTime": _now(),
+                            "lastTransitionTime": _now(),
+                        }
+                    ],
+                    "allocatable": {"cpu": "128", "memory": "1Ti", "pods": "110"},
+                    "capacity": {"cpu": "128", "memory": "1Ti", "pods": "110"},
+                },
+            )
 
-    def _deployment(self, api: kube.APIServer, deployment: dict[str, Any]) -> None:
-        meta, spec = deployment["metadata"], deployment.get("spec") or {}
-        want = spec.get("replicas", 1)
-        status = deployment.get("status") or {}
-        pod_spec = (spec.get("template") or {}).get("spec") or {}
-        if self._staging(api, deployment, pod_spec):
-            if status.get("replicas") != want or status.get("availableReplicas"):
-                api.patch_status(
-                    deployment,
-                    {
-                        "observedGeneration": meta.get("generation"),
-                        "replicas": want,
-                        "updatedReplicas": want,
-                        "readyReplicas": 0,
-                        "availableReplicas": 0,
-                        "unavailableReplicas": want,
-                        "conditions": [
-                            condition("Available", "False", "MinimumReplicasUnavailable"),
-                            condition("Progressing", "True", "ReplicaSetUpdated"),
-                        ],
+    def _schedule(self, api: kube.APIServer) -> None:
+        nodes = api.list(*NODE)
+        for pod in api.list(*POD):
+            spec = pod.get("spec") or {}
+            if spec.get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+                continue
+            fits = [n for n in nodes if _fits(pod, n)]
+            if fits:
+                api.http.post(
+                    api.path("v1", "Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
+                    + "/binding",
+                    json={
+                        "apiVersion": "v1",
+                        "kind": "Binding",
+                        "metadata": {"name": pod["metadata"]["name"]},
+                        "target": {
+                            "apiVersion": "v1",
+                            "kind": "Node",
+                            "name": fits[0]["metadata"]["name"],
+                        },
                     },
                 )
+            elif not _has(pod, "PodScheduled", "False"):
+                message = (
+                    f"0/{len(nodes)} nodes are available: no node matches the pod's node "
+                    "selector and tolerates its taints"
+                )
+                api.patch_status(
+                    pod,
+                    {"conditions": [condition("PodScheduled", "False", "Unschedulable", message)]},
+                )
+
+    def _kubelet(self, api: kube.APIServer, pod: dict[str, Any]) -> None:
+        """A bound pod's status as its containers start: init containers, then the engine."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        if not spec.get("nodeName") or meta.get("deletionTimestamp"):
             return
-        if (
-            status.get("observedGeneration") == meta.get("generation")
-            and status.get("availableReplicas") == want
-        ):
+        key = (api.name, meta["namespace"], meta["name"], meta["uid"])
+        started = self.first_seen.setdefault(key, time.monotonic())
+        elapsed = time.monotonic() - started
+        inits = [c["name"] for c in spec.get("initContainers") or []]
+        staging = bool(inits) and elapsed < STAGING_SECONDS
+        loading = elapsed < (STAGING_SECONDS if inits else 0.0) + ENGINE_START_SECONDS
+        stage = "init" if staging else "loading" if loading else "ready"
+        status = pod.get("status") or {}
+        if status.get("phase") and self.pod_stage.get(key) == stage:
             return
-        api.patch_status(
-            deployment,
+        self.pod_stage[key] = stage
+        start_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - elapsed))
+        running = {"running": {"startedAt": start_time}}
+        init_statuses = [
             {
-                "observedGeneration": meta.get("generation"),
-                "replicas": want,
-                "updatedReplicas": want,
-                "readyReplicas": want,
-                "availableReplicas": want,
-                "unavailableReplicas": 0,
+                "name": name,
+                "image": next(c["image"] for c in spec["initContainers"] if c["name"] == name),
+                "imageID": "",
+                "ready": not staging,
+                "restartCount": 0,
+                "started": staging,
+                "state": running
+                if staging
+                else {
+                    "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": start_time}
+                },
+            }
+            for name in inits
+        ]
+        containers = [
+            {
+                "name": c["name"],
+                "image": c["image"],
+                "imageID": "",
+                "ready": stage == "ready",
+                "restartCount": 0,
+                "started": not staging,
+                "state": {"waiting": {"reason": "PodInitializing"}} if staging else running,
+            }
+            for c in spec.get("containers") or []
+        ]
+        ready = "True" if stage == "ready" else "False"
+        api.patch_status(
+            pod,
+            {
+                "phase": "Pending" if staging else "Running",
+                "hostIP": "10.0.0.1",
+                "podIP": "10.1.0.1",
+                "startTime": start_time,
                 "conditions": [
-                    condition("Available", "True", "MinimumReplicasAvailable"),
-                    condition("Progressing", "True", "NewReplicaSetAvailable"),
+                    condition("PodScheduled", "True", "Scheduled"),
+                    condition(
+                        "Initialized",
+                        "False" if staging else "True",
+                        "PodInitializing" if staging else "Initialized",
+                    ),
+                    condition("ContainersReady", ready, "ContainersReady"),
+                    condition("Ready", ready, "PodReady"),
                 ],
+                "initContainerStatuses": init_statuses,
+                "containerStatuses": containers,
             },
         )
 
@@ -470,9 +567,6 @@ class Simulator:
         spec = lws.get("spec") or {}
         want = spec.get("replicas", 1)
         status = lws.get("status") or {}
-        template = (spec.get("leaderWorkerTemplate") or {}).get("workerTemplate") or {}
-        if self._staging(api, lws, template.get("spec") or {}):
-            return
         if status.get("readyReplicas") == want and status.get("replicas") == want:
             return
         api.patch_status(
@@ -484,6 +578,36 @@ class Simulator:
                 "conditions": [condition("Available", "True", "AllGroupsReady")],
             },
         )
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _fits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """The pod's nodeSelector matches the node, and it tolerates every NoSchedule/NoExecute
+    taint of the node (what kube-scheduler's NodeAffinity and TaintToleration plugins check)."""
+    spec = pod.get("spec") or {}
+    node_labels = (node.get("metadata") or {}).get("labels") or {}
+    if any(node_labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    tolerations = spec.get("tolerations") or []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(t, taint) for t in tolerations):
+            return False
+    return True
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value") == taint.get(
+        "value"
+    )
 
 
 def _gen(parent: Mapping[str, Any]) -> int | None:

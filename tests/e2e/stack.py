@@ -54,6 +54,23 @@ COREWEAVE_TOKEN = "plnt-e2e-coreweave-token"
 # Required resources (the fleet) are not watched, so a short interval keeps the tests brisk.
 POLL_INTERVAL = "5s"
 
+# What a workload cluster's kube-controller-manager runs: the real Deployment and ReplicaSet
+# controllers make the engines' pods and report availability from their status (written by the
+# kubelet stand-in), the ResourceClaim controller makes each pod's claims from plnt's
+# ResourceClaimTemplates, the ServiceAccount controller the namespaces' default accounts pods
+# need, and the garbage collector and namespace controller clean up.
+WORKLOAD_CONTROLLERS = ",".join(
+    f"{c}-controller"
+    for c in (
+        "garbage-collector",
+        "namespace",
+        "deployment",
+        "replicaset",
+        "resourceclaim",
+        "serviceaccount",
+    )
+)
+
 # Crossplane, provider-kubernetes and plnt's functions: which CRDs the management cluster needs
 # beyond Crossplane's own. provider-coreweave and provider-helm cannot run here; their CRDs
 # come from ../shared/crds, and the simulator plays their controllers.
@@ -361,7 +378,7 @@ class ControlPlane:
                 f"wl-{name}",
                 self.procs,
                 api.kubeconfig(self.dir / "workloads" / name / "kubeconfig"),
-                "garbage-collector-controller,namespace-controller",
+                WORKLOAD_CONTROLLERS,
             )
             self.workloads[name] = api
         return self.workloads[name]
