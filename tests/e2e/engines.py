@@ -43,6 +43,9 @@ class Engines:
         self.policy: Callable[[str, str], Behaviour] = lambda namespace, replica: FAST
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
         self._servers: list[asyncio.AbstractServer] = []
+        # per API server: its HTTPRoutes as last listed (the simulator refreshes them twice a
+        # second), so no request waits on the API server
+        self.routes: dict[str, list[dict[str, Any]]] = {}
         self._engines: dict[Behaviour, FakeServer] = {}
         self._lock = threading.Lock()
 
@@ -93,7 +96,7 @@ class Engines:
                     if key.strip().lower() == "content-length":
                         length = int(value.strip())
                 body = await reader.readexactly(length) if length else b""
-                route = await asyncio.to_thread(_route, api, path)
+                route = _route(self.routes.get(api.name, []), path)
                 if route is None:
                     payload = json.dumps({"error": f"no route for {path}"}).encode()
                     writer.write(
@@ -147,10 +150,10 @@ async def _forward(
         up_writer.close()
 
 
-def _route(api: APIServer, path: str) -> tuple[str, str, str] | None:
+def _route(routes: list[dict[str, Any]], path: str) -> tuple[str, str, str] | None:
     """(namespace, replica, matched prefix) of the longest PathPrefix match, or None."""
     best: tuple[str, str, str] | None = None
-    for route in api.list(*HTTPROUTE):
+    for route in routes:
         meta = route["metadata"]
         for rule in (route.get("spec") or {}).get("rules") or []:
             for match in rule.get("matches") or []:

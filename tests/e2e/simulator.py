@@ -219,7 +219,7 @@ class Simulator:
             out += [
                 lambda api=api: [self._node_pool(api, p) for p in api.list(*NODEPOOL)],
                 lambda api=api: [self._gateway(api, g) for g in api.list(*GATEWAY)],
-                lambda api=api: [self._http_route(api, r) for r in api.list(*HTTPROUTE)],
+                lambda api=api: self._http_routes(api),
             ]
             if not self.kubelet_paused.is_set():
                 out += [
@@ -379,6 +379,12 @@ class Simulator:
             },
         )
 
+    def _http_routes(self, api: kube.APIServer) -> None:
+        routes = api.list(*HTTPROUTE)
+        self.engines.routes[api.name] = routes  # what the data plane routes by
+        for route in routes:
+            self._http_route(api, route)
+
     def _http_route(self, api: kube.APIServer, route: dict[str, Any]) -> None:
         """Accepts a route on each Gateway it names that exists (as a controller that accepts
         every route its listeners allow), with its references resolved."""
@@ -460,6 +466,16 @@ class Simulator:
                     "allocatable": {"cpu": "128", "memory": "1Ti", "pods": "110"},
                     "capacity": {"cpu": "128", "memory": "1Ti", "pods": "110"},
                 },
+            )
+            # Admission taints a new node not-ready; the node lifecycle controller lifts it once
+            # the kubelet reports Ready (applying the node again without it, as its author).
+            api.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": labels_},
+                    "spec": {"taints": node.get("taints") or []},
+                }
             )
 
     def _schedule(self, api: kube.APIServer) -> None:
