@@ -9,7 +9,10 @@ carries TEST-NET-1 addresses (192.0.2.0/24, RFC 5737) standing in for gateway ad
 `enter()` moves the *calling thread* into a new namespace (unshare(2) with CLONE_NEWNET applies
 to the calling task only); every process it starts afterwards inherits it. pytest runs the e2e
 tests on one worker's main thread, so that thread and everything it starts live in the
-namespace. `python -m tests.e2e.stack` does the same for `make dev`.
+namespace until `leave()` puts the thread back where it was: the same worker goes on to run other
+tests, whose servers need the host's namespace (kube-apiserver looks for a default route there).
+Sockets opened inside keep working after the thread leaves. `python -m tests.e2e.stack` does the
+same for `make dev`.
 """
 
 from __future__ import annotations
@@ -22,22 +25,36 @@ import subprocess
 CLONE_NEWNET = 0x40000000
 GATEWAY_NET = "192.0.2"  # TEST-NET-1: documentation addresses, never routed anywhere
 
-_entered = False
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_home: int | None = None  # the thread's own namespace, held open while it is away
 
 
 def enter() -> None:
     """Unshare the network namespace once, bring `lo` up, add the gateway addresses to it."""
-    global _entered  # noqa: PLW0603 (one namespace per process, entered once)
-    if _entered:
+    global _home  # noqa: PLW0603 (one namespace per thread, entered once)
+    if _home is not None:
         return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    if _libc.unshare(CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
+        os.close(home)
         raise OSError(err, f"unshare(CLONE_NEWNET) failed: {os.strerror(err)} (needs root)")
+    _home = home
     _ip("link", "set", "lo", "up")
     for host in range(1, 32):
         _ip("addr", "add", f"{GATEWAY_NET}.{host}/32", "dev", "lo")
-    _entered = True
+
+
+def leave() -> None:
+    """Put the calling thread back in the namespace it had before `enter()`."""
+    global _home  # noqa: PLW0603
+    if _home is None:
+        return
+    if _libc.setns(_home, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns back to the host network failed: {os.strerror(err)}")
+    os.close(_home)
+    _home = None
 
 
 def _ip(*args: str) -> None:

@@ -416,6 +416,7 @@ class ControlPlane:
         if self.simulator is not None:
             self.simulator.stop()
         self.procs.stop_all()
+        netns.leave()
 
 
 def _now() -> str:

@@ -165,7 +165,9 @@ def long_prompt_ttfts(verdict) -> list[float]:
 def test_repeat_runs_are_not_flattered_by_the_prefix_cache(server: str) -> None:
     """llama-server caches prompt prefixes. With a fresh nonce per run a repeat run's long
     prompts take as long as the first's; the control (the same nonce again) shows what the
-    cache would have flattered, so this test can tell the difference."""
+    cache would have flattered, so this test can tell the difference. A warm-up run first: a
+    cold server's first long prompts are slow for reasons of its own (seen at twice the time)."""
+    gate(server, "cache-warm-up")
     first = statistics.median(long_prompt_ttfts(gate(server, "cache-a")))
     fresh = statistics.median(long_prompt_ttfts(gate(server, "cache-b")))
     repeat = statistics.median(long_prompt_ttfts(gate(server, "cache-b")))

@@ -200,6 +200,7 @@ class APIServer:
                 str(KUBE_APISERVER),
                 f"--etcd-servers=http://127.0.0.1:{client}",
                 "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",  # no default route needed
                 "--endpoint-reconciler-type=none",
                 f"--secure-port={secure}",
                 f"--cert-dir={workdir / 'certs'}",
