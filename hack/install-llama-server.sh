@@ -27,9 +27,11 @@ sdist="$tools/src/llama_cpp_python-$version.tar.gz"
 if [[ ! -f "$sdist" ]]; then
   download="$(mktemp -d)"
   # --no-build-isolation: pip only fetches the file; it need not install a build backend.
+  # (pip still reads the sdist's metadata, which fails without scikit-build-core: then the
+  # second try installs it in an isolated build environment. The first try's error is noise.)
   .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps \
     --no-binary :all: --no-build-isolation -d "$download" "llama-cpp-python==$version" \
-    || .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps \
+    2>/dev/null || .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps \
       --no-binary :all: -d "$download" "llama-cpp-python==$version"
   mv "$download/llama_cpp_python-$version.tar.gz" "$sdist"
   rm -rf "$download"

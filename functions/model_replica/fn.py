@@ -14,9 +14,11 @@ its observed status shows every copy available, and ``WorkloadsReady`` says whic
 waits for what; with a ModelCache that is not Ready yet, workloads wait (unless they already
 run) so engines never start on half-staged weights. Without a cache, a member whose template
 annotations name weights (``plnt.work/weights-uri``) stages them with an init container
-(staging.py); ``WorkloadsReady`` is False with reason ``PullingWeights`` while such an engine's
-workload has pods and not one available copy (an observed Deployment or LeaderWorkerSet cannot
-tell a downloading init container from an engine still loading: both are "not available").
+(staging.py). An observed Deployment or LeaderWorkerSet cannot tell a downloading init container
+from an engine still loading (both are "not available"), so while such an engine's workload has
+pods and not one available copy, an ObservedObjectCollection watches its pods (pods.py):
+``WorkloadsReady`` is False with reason ``PullingWeights`` until every pod's weights init
+container has finished, then reason ``Waiting`` while the engine loads.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.model_replica import serving, staging, workloads
+from functions.model_replica import pods, serving, staging, workloads
 from functions.model_replica.replica import (
+    OBJECT_API_VERSION,
     Replica,
     kubernetes_object,
     observed_manifest,
@@ -124,13 +127,31 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         compose(rsp, replica, observed, name, workload)
         stage = staging.stages(spec, engine)
         if stage and available == 0 and workloads.created_copies(seen) > 0:
-            pulling.append(engine.name)
-            waits.append(
-                f"engine {engine.name} stages its weights from {weights.display(stage.uri)} "
-                f"into {stage.path} before it starts (or is loading them): its "
-                f"{workload['kind']} {workload['metadata']['name']} has pods, "
-                f"0/{engine.copies} copies available"
+            # ready as composed: it only observes, and goes once a copy is available
+            collection = pods.collection(replica, engine)
+            xp.compose(rsp, pods.resource_name(engine), collection, ready=True)
+            members = xp.require(
+                req,
+                rsp,
+                pods.resource_name(engine),
+                OBJECT_API_VERSION,
+                "Object",
+                match_labels={pods.MEMBERSHIP_LABEL: pods.collection_name(replica, engine)},
+                namespace=namespace,
             )
+            where = f"its {workload['kind']} {workload['metadata']['name']} has pods"
+            if pods.weights_staged(members):
+                waits.append(
+                    f"engine {engine.name} is loading its weights (staged into {stage.path}): "
+                    f"{where}, 0/{engine.copies} copies available"
+                )
+            else:
+                pulling.append(engine.name)
+                waits.append(
+                    f"engine {engine.name} stages its weights from {weights.display(stage.uri)} "
+                    f"into {stage.path} before it starts: {where}, "
+                    f"0/{engine.copies} copies available"
+                )
         elif available < engine.copies:
             waits.append(
                 f"engine {engine.name} waits for its {workload['kind']} "

@@ -138,7 +138,7 @@ SHARED_VAST = {
 # How long a pod's init containers (staging model weights) "run", and then how long its engine
 # takes to load them and pass its readiness probe: long enough (several of Crossplane's poll
 # intervals) that PullingWeights and Deploying are each seen.
-STAGING_SECONDS = 15.0
+STAGING_SECONDS = 30.0
 ENGINE_START_SECONDS = 10.0
 
 

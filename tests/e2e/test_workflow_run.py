@@ -36,6 +36,22 @@ def _replicas(plane) -> list[dict]:
     return plane.mgmt.list(*MR, namespace=NS, labels={"modelplane.ai/deployment": NAME})
 
 
+def _weights(service: dict) -> tuple[tuple[str, float], ...]:
+    """The ModelService's traffic: (endpoint, percent) per endpoint."""
+    weights = (service.get("status") or {}).get("weights") or []
+    return tuple(sorted((w["endpoint"], w.get("percent", 0)) for w in weights))
+
+
+def _by_revision(weights: tuple[tuple[str, float], ...], **revisions: str) -> dict[str, float]:
+    """Traffic percent per role, from endpoint names (a replica's name carries its revision's
+    first six characters, as plnt names it)."""
+    out: dict[str, float] = {}
+    for endpoint, percent in weights:
+        role = next(r for r, rev in revisions.items() if f"-{rev[:6]}-" in endpoint)
+        out[role] = out.get(role, 0) + percent
+    return out
+
+
 def _ready(obj: dict) -> bool:
     return _phase(obj) == "Ready" and bool((obj.get("status") or {}).get("endpoint"))
 
@@ -87,6 +103,7 @@ def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> No
     run = before["status"]["workflowRunId"]
     stable = plane.mgmt.get(*MD, NAME, NS)["status"]["revisions"]["stable"]
     watch = live.Watch(plane.mgmt, *WR, NAME, NS, _phase)
+    traffic = live.Watch(plane.mgmt, *MS, NAME, NS, _weights)
     plane.kubectl(
         "patch",
         "workflowrun",
@@ -108,17 +125,6 @@ def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> No
     assert md["status"]["canary"]["trafficPercent"] == 5
     canary = md["status"]["revisions"]["canary"]
     assert canary != stable
-    service = live.wait_object(
-        plane.mgmt,
-        *MS,
-        NAME,
-        NS,
-        until=lambda o: any(
-            w["percent"] == 5 for w in (o.get("status") or {}).get("weights") or []
-        ),
-        what="5% of the ModelService's traffic on the canary",
-    )
-    assert sum(w["percent"] for w in service["status"]["weights"]) == 100
     try:
         wr = live.wait_object(
             plane.mgmt,
@@ -130,6 +136,10 @@ def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> No
         )
     finally:
         phases = watch.stop()
+        seen = traffic.stop()
+    splits = [_by_revision(w, old=stable, new=canary) for w in seen if w]
+    # the canary took its 5% before it took everything
+    assert live.is_subsequence([{"old": 100}, {"old": 95, "new": 5}, {"new": 100}], splits), splits
     assert live.is_subsequence(["SmokeTesting", "Promoting", "Ready"], phases), phases
     md = plane.mgmt.get(*MD, NAME, NS)
     assert md["status"]["revisions"] == {"stable": canary}

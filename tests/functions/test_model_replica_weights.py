@@ -261,7 +261,7 @@ def observed_workload(scenario: Any, name: str, kind: str, status: dict) -> list
             {"replicas": 1, "availableReplicas": 0},
             conditions.PULLING_WEIGHTS,
             "engine qwen3-8b stages its weights from s3://plnt-models/qwen3-8b/bf16 into "
-            "/models before it starts (or is loading them): its Deployment "
+            "/models before it starts: its Deployment "
             "qwen3-8b-eks-l4-0-qwen3-8b has pods, 0/1 copies available",
             id="pods-none-available",
         ),
@@ -302,6 +302,92 @@ def test_workloads_ready_reason(
     assert rsp.desired.resources["workload-qwen3-8b"].ready == fnv1.READY_FALSE
 
 
+def pod_object(collection: str, init_state: dict | None) -> dict:
+    """An observe-only Object provider-kubernetes keeps for one pod of a collection."""
+    status = {"phase": "Pending"}
+    if init_state is not None:
+        status["initContainerStatuses"] = [{"name": staging.INIT_CONTAINER, "state": init_state}]
+    return {
+        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+        "kind": "Object",
+        "metadata": {
+            "name": f"{collection}-abcdef0",
+            "namespace": READY.xr["metadata"].get("namespace", "default"),
+            "labels": {"kubernetes.crossplane.io/owned-by-collection": collection},
+        },
+        "status": {"atProvider": {"manifest": {"kind": "Pod", "status": status}}},
+    }
+
+
+STARTING = {"replicas": 1, "availableReplicas": 0}
+
+
+def manifest_of(rsp: fnv1.RunFunctionResponse, name: str) -> dict:
+    return composed(rsp)[name]["spec"]["forProvider"]["manifest"]
+
+
+def test_a_starting_staged_engine_watches_its_pods() -> None:
+    observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", STARTING)
+    rsp = run(with_weights(READY.xr, uri=S3), READY.required, observed)
+    collection = composed(rsp)["pods-qwen3-8b"]
+    assert collection["kind"] == "ObservedObjectCollection"
+    assert collection["metadata"]["name"] == "qwen3-8b-eks-l4-0-qwen3-8b-pods"
+    watched = collection["spec"]["observeObjects"]
+    assert (watched["apiVersion"], watched["kind"]) == ("v1", "Pod")
+    workload = manifest_of(rsp, "workload-qwen3-8b")
+    assert watched["selector"]["matchLabels"] == workload["spec"]["selector"]["matchLabels"]
+    assert watched["namespace"] == workload["metadata"]["namespace"]
+    wanted = rsp.requirements.resources["pods-qwen3-8b"]
+    assert (wanted.api_version, wanted.kind) == ("kubernetes.m.crossplane.io/v1alpha1", "Object")
+    assert dict(wanted.match_labels.labels) == {
+        "kubernetes.crossplane.io/owned-by-collection": "qwen3-8b-eks-l4-0-qwen3-8b-pods"
+    }
+    assert rsp.desired.resources["pods-qwen3-8b"].ready == fnv1.READY_TRUE
+
+
+@pytest.mark.parametrize(
+    ("init_state", "reason", "says"),
+    [
+        pytest.param(
+            {"running": {"startedAt": "2026-12-02T00:00:00Z"}},
+            conditions.PULLING_WEIGHTS,
+            "stages its weights from s3://plnt-models/qwen3-8b/bf16",
+            id="init-running",
+        ),
+        pytest.param(
+            {"terminated": {"exitCode": 0, "reason": "Completed"}},
+            conditions.WAITING,
+            "engine qwen3-8b is loading its weights (staged into /models)",
+            id="init-done-engine-loading",
+        ),
+        pytest.param(
+            {"terminated": {"exitCode": 1, "reason": "Error"}},
+            conditions.PULLING_WEIGHTS,
+            "stages its weights",
+            id="init-failed-retries",
+        ),
+        pytest.param(None, conditions.PULLING_WEIGHTS, "stages its weights", id="no-status-yet"),
+    ],
+)
+def test_the_pods_tell_staging_from_loading(
+    init_state: dict | None, reason: str, says: str
+) -> None:
+    observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", STARTING)
+    required = [*READY.required, pod_object("qwen3-8b-eks-l4-0-qwen3-8b-pods", init_state)]
+    rsp = run(with_weights(READY.xr, uri=S3), required, observed)
+    cond = condition(rsp, conditions.WORKLOADS_READY)
+    assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, reason)
+    assert says in cond.message
+
+
+def test_pods_of_another_collection_do_not_count() -> None:
+    observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", STARTING)
+    done = {"terminated": {"exitCode": 0}}
+    required = [*READY.required, pod_object("someone-elses-pods", done)]
+    rsp = run(with_weights(READY.xr, uri=S3), required, observed)
+    assert condition(rsp, conditions.WORKLOADS_READY).reason == conditions.PULLING_WEIGHTS
+
+
 def test_once_a_copy_is_available_the_replica_is_ready_again() -> None:
     observed = observed_workload(
         READY, "workload-qwen3-8b", "Deployment", {"replicas": 1, "availableReplicas": 1}
@@ -309,6 +395,8 @@ def test_once_a_copy_is_available_the_replica_is_ready_again() -> None:
     rsp = run(with_weights(READY.xr, uri=S3), READY.required, observed)
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_TRUE, conditions.AVAILABLE)
+    assert "pods-qwen3-8b" not in rsp.desired.resources  # the pods are no longer watched
+    assert "pods-qwen3-8b" not in rsp.requirements.resources
 
 
 def test_a_gang_with_groups_but_none_ready_is_pulling_weights() -> None:

@@ -1,0 +1,67 @@
+"""Which step a starting engine's pods are at: staging its weights or loading the engine.
+
+An observed Deployment or LeaderWorkerSet counts available copies; it cannot tell an init
+container downloading weights from an engine loading them (both are "not available"). While an
+engine that stages weights has pods and not one available copy, the replica composes an
+ObservedObjectCollection over that engine's pods: provider-kubernetes keeps one observe-only
+Object per matching pod in the replica's namespace, labelled with the collection's name, and
+the function requires those Objects, whose observed manifests carry the pods' init container
+states. The collection is dropped once a copy is available (its Objects go with it by owner
+reference; observe-only, they never touch the pods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from functions.model_replica import staging
+from functions.model_replica.replica import OBJECT_API_VERSION, Replica, observed_manifest
+from plnt import labels
+from plnt.models.model_replica import ReplicaEngine
+
+# provider-kubernetes labels each Object it keeps for a collection with the collection's name
+MEMBERSHIP_LABEL = "kubernetes.crossplane.io/owned-by-collection"
+
+
+def resource_name(engine: ReplicaEngine) -> str:
+    """The composed resource name of the engine's collection (and of its requirement)."""
+    return f"pods-{engine.name}"
+
+
+def collection_name(replica: Replica, engine: ReplicaEngine) -> str:
+    # a label value too (MEMBERSHIP_LABEL), so 63 characters at most
+    return labels.value(f"{replica.name}-{engine.name}-pods")
+
+
+def collection(replica: Replica, engine: ReplicaEngine) -> dict[str, Any]:
+    return {
+        "apiVersion": OBJECT_API_VERSION,
+        "kind": "ObservedObjectCollection",
+        "metadata": {"name": collection_name(replica, engine)},
+        "spec": {
+            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": replica.provider_config},
+            "observeObjects": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": replica.namespace,
+                "selector": {"matchLabels": {**replica.selector(), labels.ENGINE: engine.name}},
+            },
+        },
+    }
+
+
+def weights_staged(members: Sequence[dict[str, Any]] | None) -> bool:
+    """Every observed pod's weights init container has finished; False while any still runs,
+    or while no pod has been observed yet (the engine cannot load what is not staged)."""
+    pods = [observed_manifest(m) for m in members or []]
+    pods = [p for p in pods if p]
+    return bool(pods) and all(_init_finished(p) for p in pods)
+
+
+def _init_finished(pod: dict[str, Any]) -> bool:
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if isinstance(status, dict) and status.get("name") == staging.INIT_CONTAINER:
+            terminated = (status.get("state") or {}).get("terminated") or {}
+            return terminated.get("exitCode") == 0
+    return False
