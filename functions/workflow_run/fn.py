@@ -77,7 +77,10 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         _refuse(rsp, err, identity, observed)
         return rsp
 
-    phase = phases.derive(seen_deployment, seen_service, run_id)
+    previous = (xr.get("status") or {}).get("phase")
+    phase = phases.derive(seen_deployment, seen_service, run_id, previous)
+    if phase.name == phases.PROMOTING and previous == phases.SMOKE_TESTING:
+        rsp.meta.ttl.FromMilliseconds(1000)  # Promoting for one reconcile, then Ready
     deployment = model_deployment(
         name, spec, preset=preset, gpu_cel=gpu_cel, seen=seen_deployment, identity=identity
     )

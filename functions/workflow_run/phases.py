@@ -25,6 +25,13 @@ readiness and Routed condition). The rules, first match wins:
 |                | route to them yet (no URL, not Ready, or Routed not True)                  |
 | Ready          | replicas ready and the ModelService routes to them with a URL              |
 
+Promoting is written at least once between a smoke test and Ready: when the observed state
+already says Ready but the phase last written (the WorkflowRun's own observed status) is
+SmokeTesting, the gate's pass and the traffic shift landed between two reconciles, and the
+phase is Promoting for that reconcile (the function asks to be called again in a second).
+`kubectl get workflowrun -w` so always shows the seed's sequence; a restart changes nothing,
+since the last phase is read back from the object.
+
 ``endpoint`` is the ModelService URL once a stable revision serves behind it, so it stays
 set through a later update's canary, re-test, promotion or rollback, and is never set while a
 first rollout is tested.
@@ -113,8 +120,26 @@ def derive(
     deployment: Mapping[str, Any] | None,
     service: Mapping[str, Any] | None,
     run: str | None = None,
+    previous: str | None = None,
 ) -> Phase:
-    """The phase for a valid spec (Failed on invalid input is decided by the caller)."""
+    """The phase for a valid spec (Failed on invalid input is decided by the caller), given the
+    phase last written (``previous``)."""
+    phase = _derive(deployment, service, run)
+    if phase.name == READY and previous == SMOKE_TESTING:
+        stable = (_status(deployment).get("revisions") or {}).get("stable")
+        return Phase(
+            PROMOTING,
+            f"revision {stable} passed the gate and its traffic has followed; Ready next",
+            phase.endpoint,
+        )
+    return phase
+
+
+def _derive(
+    deployment: Mapping[str, Any] | None,
+    service: Mapping[str, Any] | None,
+    run: str | None,
+) -> Phase:
     if deployment is None:
         return Phase(VALIDATING, "spec is valid; the ModelDeployment is being created")
     status = _status(deployment)

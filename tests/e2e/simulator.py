@@ -139,7 +139,7 @@ SHARED_VAST = {
 # takes to load them and pass its readiness probe: long enough (several of Crossplane's poll
 # intervals) that PullingWeights and Deploying are each seen.
 STAGING_SECONDS = 30.0
-ENGINE_START_SECONDS = 10.0
+ENGINE_START_SECONDS = 30.0
 
 
 def condition(

@@ -433,15 +433,27 @@ def main(argv: list[str] | None = None) -> int:
         "plnt's functions, a workload cluster) in a private network namespace, until Ctrl-C.",
     )
     parser.add_argument("--dir", help="working directory (default: a new temp dir)")
+    parser.add_argument(
+        "--no-fleet",
+        action="store_true",
+        help="leave out the control-plane Gateway and the Existing InferenceCluster lab-h100 "
+        "(4 H100 nodes) that are otherwise applied, ready for a WorkflowRun",
+    )
     args = parser.parse_args(argv)
     workdir = pathlib.Path(args.dir or tempfile.mkdtemp(prefix="plnt-dev-"))
     plane = ControlPlane(workdir)
+    if not args.no_fleet:
+        from tests.e2e import fleet  # it imports this module
+
+        fleet.ensure(plane)
     pid = os.getpid()
     print(
         f"plnt control plane up in {plane.boot_seconds:.0f} s (logs: {workdir / 'logs'}).\n"
         "It lives in a private network namespace; run kubectl inside it:\n\n"
         f"  nsenter --net=/proc/{pid}/task/{pid}/ns/net {kube.KUBECTL} "
-        f"--kubeconfig {plane.kubeconfig} get plnt\n",
+        f"--kubeconfig {plane.kubeconfig} get plnt\n\n"
+        "The fleet (InferenceCluster lab-h100) is Ready; try the seed's WorkflowRun with\n"
+        "  ... apply -f examples/workflowrun-llama-70b/xr.yaml\n",
         flush=True,
     )
     stop = False

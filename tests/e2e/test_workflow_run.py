@@ -52,6 +52,19 @@ def _by_revision(weights: tuple[tuple[str, float], ...], **revisions: str) -> di
     return out
 
 
+def _phase_and_why(obj: dict) -> tuple[str | None, str]:
+    """The phase and what the Serving condition says about it."""
+    return _phase(obj), (live.condition(obj, "Serving") or {}).get("message", "")
+
+
+def _phases(seen: list[tuple[str | None, str]]) -> list[str | None]:
+    out: list[str | None] = []
+    for phase, _ in seen:
+        if not out or out[-1] != phase:
+            out.append(phase)
+    return out
+
+
 def _ready(obj: dict) -> bool:
     return _phase(obj) == "Ready" and bool((obj.get("status") or {}).get("endpoint"))
 
@@ -62,18 +75,20 @@ def created(plane):
     fleet.ensure(plane)
     seed = yaml.safe_load(SEED.read_text())
     assert seed["metadata"] == {"name": NAME, "namespace": NS}
-    watch = live.Watch(plane.mgmt, *WR, NAME, NS, _phase)
+    watch = live.Watch(plane.mgmt, *WR, NAME, NS, _phase_and_why)
     plane.kubectl("apply", "-f", str(SEED))
     try:
         wr = live.wait_object(plane.mgmt, *WR, NAME, NS, until=_ready, seconds=300)
     finally:
-        phases = watch.stop()
-    return wr, phases
+        seen = watch.stop()
+    return wr, seen
 
 
 def test_create_walks_the_seed_phases_to_ready(plane, created) -> None:
-    wr, phases = created
-    assert live.is_subsequence(SEED_PHASES, phases), phases
+    wr, seen = created
+    phases = _phases(seen)
+    story = "\n".join(f"{phase}: {why}" for phase, why in seen)
+    assert live.is_subsequence(SEED_PHASES, phases), story
     assert "Failed" not in phases and "RolledBack" not in phases, phases
     status = wr["status"]
     assert status["workflowRunId"].startswith("r-")

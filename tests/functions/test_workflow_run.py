@@ -577,6 +577,26 @@ def test_each_phase_scenario_renders_its_phase(folder: pathlib.Path) -> None:
     assert ready["status"] == ("True" if serving_stable else "False")
 
 
+@pytest.mark.parametrize(
+    ("previous", "want", "ttl_ms"),
+    [("SmokeTesting", "Promoting", 1000), ("Promoting", "Ready", 60000), (None, "Ready", 60000)],
+)
+def test_promoting_is_written_between_a_smoke_test_and_ready(previous, want, ttl_ms) -> None:
+    """The gate's pass and the traffic shift can land between two reconciles; the phase last
+    written (read back from the object) keeps Promoting in the sequence for one reconcile."""
+    scenario = render.load_scenario(REPO / "examples/workflowrun-phases/Ready")
+    xr = copy.deepcopy(scenario.xr)
+    if previous:
+        xr.setdefault("status", {})["phase"] = previous
+    rsp = render.call_function(
+        fn.run_function, xr, scenario.required, scenario.observed, "function-workflow-run"
+    )
+    st = xp.to_dict(rsp.desired.composite.resource)["status"]
+    assert st["phase"] == want
+    assert st["endpoint"] == "http://203.0.113.50/default/llama-3.1-70b-instruct"
+    assert rsp.meta.ttl.ToMilliseconds() == ttl_ms
+
+
 def test_rolled_back_carries_the_measured_figures_against_the_budgets() -> None:
     out = render.render(render.load_scenario(REPO / "examples/workflowrun-phases/RolledBack"))
     serving = {c["type"]: c for c in out.xr["status"]["conditions"]}["Serving"]
