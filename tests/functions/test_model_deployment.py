@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import pathlib
 from typing import Any
 
@@ -120,7 +122,8 @@ def test_shortfall_reports_placed_count_and_per_cluster_reasons() -> None:
     msg = cond["message"]
     assert msg.startswith("placed 3 of 6 replicas; ")
     assert "cluster coreweave-h100: engine llama-405b: " in msg
-    assert "pool h100: not enough free nodes (need 1, free 0)" in msg
+    # issue 15: 8-GPU pods ran out of GPUs, said in devices
+    assert "pool h100: not enough free gpu (need 8 on one node, 0 of 32 free in the pool)" in msg
     assert "cluster coreweave-l40s: " in msg and "false on device gpu" in msg
     assert "cluster lab-l4: " in msg and "device gpu has 1 per node, 8 requested" in msg
     assert out.xr["status"]["replicas"]["total"] == 3
@@ -137,7 +140,10 @@ def test_gang_lands_on_the_h100_cluster_with_both_members_pinned() -> None:
     ]
     assert all(m["deviceRequests"][0]["count"] == 8 for m in members)
     assert all(len(m["deviceRequests"][0]["selectors"]) == 2 for m in members)
-    assert replica["metadata"]["annotations"]["plnt.work/pool-nodes"] == '{"h100": 2}'
+    # issue 15: the demand the binder commits; gang pods take a whole node each
+    assert json.loads(replica["metadata"]["annotations"]["plnt.work/pool-demand"]) == {
+        "h100": [[1, {"device:gpu": 8}, True], [1, {"device:gpu": 8}, True]]
+    }
 
 
 def test_prefill_decode_engines_share_one_cluster() -> None:
@@ -359,3 +365,22 @@ def test_replicas_ready_says_pulling_weights_when_a_replica_does(
     ready = condition(out, "ReplicasReady")
     assert (ready["status"], ready["reason"]) == (status, reason)
     assert ready["message"] == message.format(*names)
+
+
+def test_one_gpu_replicas_share_eight_gpu_nodes_in_render() -> None:
+    """Issue 15: 20 one-GPU replicas fit the example fleet (4 L4 nodes, 2 x 8 L40S, and 4 x 8
+    H100 less the research team's whole node); counted in nodes only 9 would."""
+    base = scenario("deploy-qwen3-8b")
+    xr = copy.deepcopy(base.xr)
+    xr["spec"]["replicas"] = 20
+    out = render.render(dataclasses.replace(base, xr=xr))
+    replicas = of_kind(out, "ModelReplica")
+    assert len(replicas) == 20
+    by_cluster: dict[str, int] = {}
+    for r in replicas.values():
+        by_cluster[r["spec"]["clusterName"]] = by_cluster.get(r["spec"]["clusterName"], 0) + 1
+        demand = json.loads(r["metadata"]["annotations"]["plnt.work/pool-demand"])
+        assert list(demand.values()) == [[[1, {"device:gpu": 1}, False]]]
+    assert by_cluster["lab-l4"] == 4  # one L4 per node
+    assert by_cluster["coreweave-h100"] + by_cluster["coreweave-l40s"] == 16  # shared nodes
+    assert condition(out, "ReplicasScheduled")["status"] == "True"
