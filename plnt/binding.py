@@ -165,3 +165,14 @@ def binding_json(digest_: str, cluster: str, slots: Mapping[str, tuple[capacity.
 
 def refusal_json(digest_: str, message: str) -> str:
     return RefusalRecord(digest=digest_, message=message).model_dump_json()
+
+
+def preview(obj: Mapping[str, Any]) -> str:
+    """The binding annotation a binder would write on `obj` alone on its pools (whole nodes from
+    node 0): for examples, tests and previews, never for capacity decisions."""
+    state = state_of(obj)
+    slots = {}
+    for pool, pods in state.demand.items():
+        account = capacity.Pool(sum(p.count for p in pods), capacity.Shape(()))
+        slots[pool] = tuple(account.pack(pods) or ())
+    return binding_json(state.digest, (obj.get("spec") or {}).get("clusterName", ""), slots)

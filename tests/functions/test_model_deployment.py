@@ -13,7 +13,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import fn
-from plnt import render
+from plnt import binding, render
 from plnt.revision import revision
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -384,3 +384,69 @@ def test_one_gpu_replicas_share_eight_gpu_nodes_in_render() -> None:
     assert by_cluster["lab-l4"] == 4  # one L4 per node
     assert by_cluster["coreweave-h100"] + by_cluster["coreweave-l40s"] == 16  # shared nodes
     assert condition(out, "ReplicasScheduled")["status"] == "True"
+
+
+# --- issue 15: the binder's answers on the ModelDeployment ------------------------------------
+
+
+def _answered(objs: list[dict[str, Any]], answer: dict[str, dict[str, str]]) -> list[dict]:
+    """Observed replicas with the binder's annotations, by replica name."""
+    out = as_observed(objs)
+    for obj in out:
+        obj["metadata"].setdefault("annotations", {}).update(
+            answer.get(obj["metadata"]["name"], {})
+        )
+    return out
+
+
+def test_new_replicas_are_proposals_until_the_binder_commits_them() -> None:
+    out = render.render(scenario("deploy-qwen3-8b"))
+    cond = condition(out, "ReplicasBound")
+    assert (cond["status"], cond["reason"]) == ("False", "AwaitingBinding")
+    assert cond["message"] == "bound 0 of 3 replicas; awaiting the binder: 3 new"
+    assert condition(out, "Ready")["status"] == "False"
+
+    first = of_kind(out, "ModelReplica")
+    answers = {n: {binding.BINDING: binding.preview(o)} for n, o in first.items()}
+    second = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
+    cond = condition(second, "ReplicasBound")
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "True",
+        "Bound",
+        "bound 3 of 3 replicas",
+    )
+
+
+def test_a_refused_replica_is_released_placed_again_and_the_refusal_stays_loud() -> None:
+    out = render.render(scenario("deploy-qwen3-8b"))
+    replicas = of_kind(out, "ModelReplica")
+    lost = next(n for n, o in replicas.items() if o["spec"]["clusterName"] == "lab-l4")
+    answers = {n: {binding.BINDING: binding.preview(o)} for n, o in replicas.items() if n != lost}
+    state = binding.state_of(replicas[lost])
+    answers[lost] = {
+        binding.REFUSED: binding.refusal_json(state.digest, "pool l4: not enough free gpu")
+    }
+    again = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
+    now = of_kind(again, "ModelReplica")
+    assert lost not in now  # released
+    assert len(now) == 3  # and another placed in its stead
+    cond = condition(again, "ReplicasBound")
+    assert cond["reason"] == "BindingRefused"
+    assert f"{lost} on lab-l4: pool l4: not enough free gpu" in cond["message"]
+    assert (
+        f"{lost} released (the binder refused it: pool l4: not enough free gpu)"
+        in (condition(again, "ReplicasScheduled")["message"])
+    )
+
+
+def test_an_over_committed_replica_is_reported_on_its_deployment() -> None:
+    out = render.render(scenario("deploy-qwen3-8b"))
+    replicas = of_kind(out, "ModelReplica")
+    answers = {n: {binding.BINDING: binding.preview(o)} for n, o in replicas.items()}
+    victim = sorted(replicas)[0]
+    answers[victim][binding.OVER_COMMITTED] = "pool h100: 1 of its 1 pods no longer fit"
+    again = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
+    cond = condition(again, "ReplicasBound")
+    assert (cond["status"], cond["reason"]) == ("False", "OverCommitted")
+    assert f"{victim}: pool h100: 1 of its 1 pods no longer fit" in cond["message"]
+    assert victim in of_kind(again, "ModelReplica")  # reported, not evicted
