@@ -147,14 +147,21 @@ class Pool:
         self.nodes = max(int(nodes), 0)
         self.shape = shape
         self._offers = dict(shape.offers)
-        self.free: list[dict[str, int]] = [dict(self._offers) for _ in range(self.nodes)]
+        self._free: list[dict[str, int]] | None = None  # made on first use: most pools of a
+        # large fleet are never charged in one RunFunction
         self.pods = [0] * self.nodes  # pods on each node
         self.whole = [False] * self.nodes
+
+    @property
+    def free(self) -> list[dict[str, int]]:
+        if self._free is None:
+            self._free = [dict(self._offers) for _ in range(self.nodes)]
+        return self._free
 
     def copy(self) -> Pool:
         out = Pool.__new__(Pool)
         out.nodes, out.shape, out._offers = self.nodes, self.shape, self._offers
-        out.free = [dict(f) for f in self.free]
+        out._free = None if self._free is None else [dict(f) for f in self._free]
         out.pods, out.whole = list(self.pods), list(self.whole)
         return out
 
@@ -232,16 +239,19 @@ class Pool:
     def _best(self, demand: Vector, whole: bool) -> int | None:
         if whole:
             return next((i for i in range(self.nodes) if self.pods[i] == 0), None)
-        best, best_key = None, None
+        best, best_left = None, 0
+        asked = sum(v for _, v in demand)
         for i in range(self.nodes):
             if self.whole[i]:
                 continue
             free = self.free[i]
-            if any(free.get(k, 0) < v for k, v in demand):
-                continue
-            key = (sum(free.values()) - sum(v for _, v in demand), i)  # fullest first
-            if best_key is None or key < best_key:
-                best, best_key = i, key
+            for k, v in demand:
+                if free.get(k, 0) < v:
+                    break
+            else:
+                left = sum(free.values()) - asked  # fullest first, then the lowest index
+                if best is None or left < best_left:
+                    best, best_left = i, left
         return best
 
     # --- reading ----------------------------------------------------------------------------

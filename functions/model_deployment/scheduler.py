@@ -553,7 +553,12 @@ class Scheduler:
                 return None
             fits.sort(key=lambda wpf: (wpf[0], wpf[2].waste, wpf[1].name))
             options.append(fits)
-        found = self._search(cluster.name, options, [], [SEARCH_BUDGET])
+        selective = [o for o in options if o is not None]
+        if len(selective) == 1:  # one engine to place: its best pool is the answer
+            waste, pool, fit = selective[0][0]
+            found = (waste, [(pool, fit) if o is not None else None for o in options])
+        else:
+            found = self._search(cluster.name, options, [], [SEARCH_BUDGET])
         if found is None:
             return None
         waste, chosen = found
