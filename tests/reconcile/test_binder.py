@@ -233,3 +233,21 @@ def test_cli_bind_only_once(kube_apiserver, cluster_name, tmp_path):
         )["cluster"]
         == cluster_name
     )
+
+
+def test_an_annotation_never_lands_on_a_recreated_replica(kube_apiserver, api, cluster_name):
+    team = make_replica(kube_apiserver, cluster_name, 1)
+    path = f"/apis/{GV}/namespaces/{team}/modelreplicas/r-0"
+    old_uid = kube_apiserver.admin.get(path).json()["metadata"]["uid"]
+    assert kube_apiserver.admin.delete(path).status_code == 200
+    kube_apiserver.create(
+        {
+            "apiVersion": GV,
+            "kind": "ModelReplica",
+            "metadata": {"name": "r-0", "namespace": team},
+            "spec": {"clusterName": cluster_name, "engines": []},
+        }
+    )
+    binder.Binder(api).annotate(f"{team}/r-0", old_uid, {binding.BINDING: "stale"})
+    annotations = kube_apiserver.admin.get(path).json()["metadata"].get("annotations") or {}
+    assert binding.BINDING not in annotations
