@@ -171,7 +171,7 @@ class Pool:
         if not 0 <= node < self.nodes or self.whole[node]:
             return False
         if whole:
-            return self.pods[node] == 0
+            return self.pods[node] == 0 and self._within(demand)
         free = self.free[node]
         return all(free.get(k, 0) >= v for k, v in demand)
 
@@ -236,8 +236,14 @@ class Pool:
                     self._charge(node, group.demand, group.whole)
         return missing
 
+    def _within(self, demand: Vector) -> bool:
+        """Whether one whole node offers `demand` at all."""
+        return all(self._offers.get(k, 0) >= v for k, v in demand)
+
     def _best(self, demand: Vector, whole: bool) -> int | None:
         if whole:
+            if not self._within(demand):
+                return None
             return next((i for i in range(self.nodes) if self.pods[i] == 0), None)
         best, best_left = None, 0
         asked = sum(v for _, v in demand)
@@ -284,6 +290,11 @@ class Pool:
 
     def shortfall(self, pods: Sequence[Pods]) -> str:
         """Why `pods` do not fit, in the unit that ran out."""
+        for group in pods:
+            for k, v in group.demand:
+                per_node = self.shape.amount(k)
+                if v > per_node:
+                    return f"a pod needs {v} {describe(k)}, a node has {per_node}"
         need_whole = sum(p.count for p in pods if p.whole)
         if need_whole:
             free = self.free_nodes()
