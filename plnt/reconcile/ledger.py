@@ -129,6 +129,7 @@ def decide(
 
     accounts = {name: pool.copy() for name, pool in pools.items()}
     over: dict[str, str] = {}
+    full: set[str] = set()  # pools with an over-committed entry: nothing new binds there
     for key in sorted(entries):
         for pool, slots in entries[key].parsed_slots().items():
             account = accounts.get(pool)
@@ -137,10 +138,15 @@ def decide(
                 continue
             left = account.take(slots)
             if left:
+                full.add(pool)
                 over[key] = (
                     f"pool {pool}: {len(left)} of its {len(slots)} pods no longer fit "
                     f"({account.nodes} nodes of {_offers(account)} now)"
                 )
+    # Where the pods of an over-committed replica really run is unknown (the virtual node that
+    # went may not be the real one), so its pool takes nothing new until it fits again.
+    for pool in full:
+        accounts[pool] = _Closed(accounts[pool])
 
     refused: dict[str, str] = {}
     bound: list[str] = []
@@ -240,6 +246,19 @@ def _pack(
         done.append((account, slots))
         out[pool] = tuple(slots)
     return "", out
+
+
+class _Closed(capacity.Pool):
+    """A pool that refuses every new pack, saying why."""
+
+    def __init__(self, pool: capacity.Pool):
+        self.__dict__.update(pool.copy().__dict__)
+
+    def pack(self, pods):  # type: ignore[override]
+        return None
+
+    def shortfall(self, pods) -> str:  # type: ignore[override]
+        return "over-committed (it shrank after replicas were bound): nothing new binds"
 
 
 def _offers(pool: capacity.Pool) -> str:

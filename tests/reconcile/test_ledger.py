@@ -125,6 +125,12 @@ def test_a_shrunk_pool_reports_the_replicas_that_no_longer_fit() -> None:
     assert d.over == {"ns/a1": "pool h: 1 of its 1 pods no longer fit (1 nodes of 8 gpu now)"}
     shrunk = apply(objs[1], d.annotate["ns/a1"])
     assert binding.state_of(shrunk).over_committed == d.over["ns/a1"]
+    # nothing new binds on a pool that is over-committed, wherever its free slots seem to be
+    late = replica("late", created="t9")
+    d2 = decide(d.ledger, [objs[0], shrunk, late], nodes=1)
+    assert d2.refused == {
+        "ns/late": "pool h: over-committed (it shrank after replicas were bound): nothing new binds"
+    }
     # back to two nodes: the report goes
     d = decide(d.ledger, [objs[0], shrunk], nodes=2)
     assert d.annotate == {"ns/a1": {binding.OVER_COMMITTED: None}}
