@@ -1,8 +1,9 @@
 """The binder: commits proposed ModelReplicas to per-cluster ledgers, as kube-scheduler binds pods.
 
-One pass: list InferenceClusters and InferenceClasses; read every ledger ConfigMap
-(`<namespace>/plnt-ledger-<cluster>`); then list every ModelReplica (after the ledgers, which is
-what lets `ledger.decide` release entries of deleted replicas); per cluster, decide, write the
+One pass: list InferenceClusters and InferenceClasses; list every ledger ConfigMap
+(`<namespace>/plnt-ledger-<cluster>`, one call); then list every ModelReplica (after the
+ledgers, which is what lets `ledger.decide` release entries of deleted replicas); per cluster,
+decide, write the
 ledger with the resourceVersion it was read at (create when there was none), and only after
 that write succeeded, annotate the replicas (binding, refusal, over-commit). A conflict (another
 binder, or a concurrent pass) re-reads that cluster's ledger and the replicas and decides again.
@@ -67,6 +68,26 @@ class Binder:
     def _list(self, plural: str) -> list[dict[str, Any]]:
         return self.custom.list_cluster_custom_object(GROUP, VERSION, plural).get("items", [])
 
+    def read_ledgers(self, clusters: set[str]) -> dict[str, tuple[ledgers.Ledger, str | None]]:
+        """Every ledger in one list call (a pass costs the same on 1 or 1,000 clusters); a
+        cluster without one gets an empty ledger and None."""
+        listed = self.core.list_namespaced_config_map(
+            self.namespace, label_selector=f"{LEDGER_LABEL}=true"
+        )
+        out: dict[str, tuple[ledgers.Ledger, str | None]] = {
+            c: (ledgers.Ledger(cluster=c), None) for c in clusters
+        }
+        for cm in listed.items:
+            raw = (cm.data or {}).get(ledgers.DATA_KEY) or "{}"
+            try:
+                parsed = ledgers.Ledger.model_validate_json(raw)
+            except ValueError:
+                log.warning("ConfigMap %s is not a ledger; ignored", cm.metadata.name)
+                continue
+            if parsed.cluster in clusters and cm.metadata.name == ledger_name(parsed.cluster):
+                out[parsed.cluster] = (parsed, cm.metadata.resource_version)
+        return out
+
     def read_ledger(self, cluster: str) -> tuple[ledgers.Ledger, str | None]:
         """The ledger and its resourceVersion; an empty one and None when there is none yet."""
         try:
@@ -127,7 +148,7 @@ class Binder:
     def bind_once(self) -> list[ClusterOutcome]:
         clusters = {c["metadata"]["name"]: c for c in self._list("inferenceclusters")}
         classes = {c["metadata"]["name"]: c for c in self._list("inferenceclasses")}
-        read = {name: self.read_ledger(name) for name in sorted(clusters)}
+        read = self.read_ledgers(set(clusters))  # the ledgers first, then the replicas
         replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
         outcomes = []
         for name in sorted(clusters):
