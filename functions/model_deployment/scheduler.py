@@ -760,6 +760,11 @@ def schedule(
     holding = [r for r in fleet if (r.namespace, r.name) not in own_keys] + kept
     for r in sorted(holding, key=lambda r: (r.slots is None, r.namespace, r.name)):
         sched.charge(r)
+    # A refusal means the binder's ledger is fuller than this snapshot: for this decision the
+    # refused replica's demand is counted where it was, so its replacement looks elsewhere.
+    for r in released:
+        if r.state == binding.REFUSED_STATE:
+            sched.charge_proposed(r)
     needed = replicas - len(kept) if place_new else 0
 
     invalid = _invalid_selectors(spec_engines, compile_check) if place_new else ""

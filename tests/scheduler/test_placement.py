@@ -428,3 +428,25 @@ def test_bound_replicas_count_by_their_slots_refused_ones_not_at_all() -> None:
         fleet=[bound, refused],
     )
     assert len(result.placed) == 1  # node 0 is bound; the refused one holds nothing
+
+
+def test_a_refused_replica_is_replaced_away_from_the_pool_that_refused_it() -> None:
+    refused = scheduler.PlacedReplica(
+        namespace="ns",
+        name="m-0",
+        deployment="m",
+        revision="r1",
+        cluster="a",
+        pool_nodes={"gpu-l4": 1},
+        engine_pools=(("llm", "gpu-l4"),),
+        demand={"gpu-l4": (capacity.Pods(1, (("device:gpu", 1),)),)},
+        state="Refused",
+        message="pool gpu-l4: not enough free gpu",
+    )
+    clusters = [cluster("a", [("gpu-l4", "l4", 1)]), cluster("b", [("gpu-l4", "l4", 1)])]
+    result = run([engine()], clusters, 1, own=[refused], fleet=[refused])
+    assert [r.name for r in result.released] == ["m-0"]
+    assert where(result) == [("b", ("gpu-l4",))]  # a's one L4 looked free, the binder said no
+    assert "m-0 released (the binder refused it: pool gpu-l4: not enough free gpu)" in (
+        result.message
+    )
