@@ -9,10 +9,15 @@ complete with required resources, as the gRPC server hands it to `run_function`;
 covers reading it, scheduling, composing and writing the response.
 
     python -m plnt.bench_scheduler          # prints one JSON object
+
+Accounting (issue 15): per size, what the placed replicas take in devices (the scheduler's unit
+now) beside what the old accounting charged them in whole nodes, and how many more 1-GPU
+replicas the fleet left free would hold under each (GPUs free on packable nodes vs free nodes).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -212,6 +217,7 @@ def run_once(req: fnv1.RunFunctionRequest) -> dict[str, Any]:
     cel_s = evaluate.seconds + compile_.seconds
     placed = sum(1 for n in rsp.desired.resources if n.startswith("replica-"))
     return {
+        "rsp": rsp,
         "wall_s": wall,
         "cpu_s": cpu,
         "cel_s": cel_s,
@@ -245,8 +251,64 @@ def bench(sizes: tuple[tuple[int, int, int], ...] = SIZES, runs: int = 5) -> dic
             "median_cpu_s": round(statistics.median(r["cpu_s"] for r in warm), 4),
             "cel_share": round(cel_s / wall, 4) if wall else 0.0,
             "cel_evaluations": cold["cel_evaluations"],
+            "accounting": accounting(req, cold["rsp"]),
         }
     return out
+
+
+def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
+    """The placement in devices (now) and in nodes (before issue 15), and the headroom left
+    for 1-GPU replicas under each."""
+    from functions.model_deployment import scheduler
+    from plnt import binding, capacity, xp
+
+    placed = [
+        xp.to_dict(r.resource)
+        for n, r in sorted(rsp.desired.resources.items())
+        if n.startswith("replica-")
+    ]
+    others = [xp.to_dict(i.resource) for i in req.required_resources["model-replicas"].items]
+    classes = {
+        c["metadata"]["name"]: c
+        for c in (xp.to_dict(i.resource) for i in req.required_resources["inference-classes"].items)
+    }
+    pools: dict[tuple[str, str], capacity.Pool] = {}
+    for item in req.required_resources["inference-clusters"].items:
+        c = scheduler.cluster_of(xp.to_dict(item.resource))
+        for p in c.pools:
+            pools[(c.name, p.name)] = capacity.Pool(
+                p.capacity, scheduler.class_shape(classes.get(p.class_name))
+            )
+    total_gpus = sum(p.nodes * p.shape.devices() for p in pools.values())
+    total_nodes = sum(p.nodes for p in pools.values())
+    nodes_old = 0
+    for obj in others + placed:
+        demand = binding.demand_of(obj)
+        for pool, pods in demand.items():
+            account = pools.get((obj["spec"]["clusterName"], pool))
+            if account is not None:
+                account.pack_what_fits(pods)
+            nodes_old += sum(p.count for p in pods)  # old: one node per pod, whatever it asks
+    placed_gpus = sum(
+        p.count * dict(p.demand).get("device:gpu", 0)
+        for obj in placed
+        for pods in binding.demand_of(obj).values()
+        for p in pods
+    )
+    taken_now = sum(p.used_devices() for p in pools.values())
+    nodes_now = sum(p.nodes - p.free_nodes() for p in pools.values())
+    one_gpu = capacity.Pods(1, ((capacity.device_key("gpu"), 1),))
+    room_new = 0
+    for p in pools.values():
+        free = p.free_total(capacity.device_key("gpu"))
+        room_new += free - p.pack_what_fits([dataclasses.replace(one_gpu, count=free)])
+    return {
+        "fleet": {"gpus": total_gpus, "nodes": total_nodes},
+        "placed_gpus": placed_gpus,
+        "now": {"gpus_taken": taken_now, "nodes_touched": nodes_now},
+        "before": {"nodes_taken": nodes_old},
+        "one_gpu_replicas_that_still_fit": {"now": room_new, "before": total_nodes - nodes_old},
+    }
 
 
 if __name__ == "__main__":

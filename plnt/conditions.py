@@ -19,6 +19,8 @@ SERVING = "Serving"  # WorkflowRun: its phase, as a condition (True when Ready)
 USABLE = "Usable"  # an InferenceClass can be used by clusters and the scheduler
 STACK_READY = "StackReady"  # an InferenceCluster's serving stack and gateway are up
 CANARY_GATE = "CanaryGate"  # the latency gate's verdict on a canary revision
+BOUND = "Bound"  # ModelReplica: the binder committed its capacity (plnt.binding)
+REPLICAS_BOUND = "ReplicasBound"  # ModelDeployment: every replica is bound, none over-committed
 
 # reasons
 AVAILABLE = "Available"

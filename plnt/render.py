@@ -23,7 +23,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import runtime, xp
+from plnt import binding, runtime, xp
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Shipped inside the package (plnt/compositions links to the repository's compositions/), so
@@ -431,16 +431,38 @@ def _render_xr(
         input_xr=xr,
     )
     if tree:
-        for obj in composed:
-            if (obj["apiVersion"], obj["kind"]) not in catalogue:
-                continue
-            child = _as_child_xr(obj, observed_by_name)
+        children = [
+            _as_child_xr(obj, observed_by_name)
+            for obj in composed
+            if (obj["apiVersion"], obj["kind"]) in catalogue
+        ]
+        _preview_binding(children, required)
+        for child in children:
             rendered.children.append(
                 _render_xr(
                     child, all_observed, required, catalogue, tree=tree, context=None, top=False
                 )
             )
     return rendered
+
+
+def _preview_binding(children: list[dict[str, Any]], required: list[dict[str, Any]]) -> None:
+    """ModelReplicas render only once bound (plnt.binding): the tree shows them as the binder
+    (`plnt reconcile --bind`) would commit them on the scenario's fleet, refusals included."""
+    from plnt.reconcile import ledger
+
+    replicas = [c for c in children if c.get("kind") == "ModelReplica"]
+    if not replicas:
+        return
+    writes = ledger.preview(replicas, required)
+    for child in replicas:
+        meta = child["metadata"]
+        for key, value in writes.get(f"{meta.get('namespace', '')}/{meta['name']}", {}).items():
+            annotations = meta.setdefault("annotations", {})
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
 
 
 def _as_child_xr(obj: dict[str, Any], observed_by_name: dict[str | None, dict]) -> dict[str, Any]:
@@ -451,6 +473,10 @@ def _as_child_xr(obj: dict[str, Any], observed_by_name: dict[str | None, dict]) 
     if not meta.get("name"):
         meta["name"] = f"{meta.get('generateName', '')}{name}".strip("-")
     seen = observed_by_name.get(name)
+    seen_annotations = ((seen or {}).get("metadata") or {}).get("annotations") or {}
+    for key in (binding.BINDING, binding.REFUSED, binding.OVER_COMMITTED):
+        if key in seen_annotations:
+            meta.setdefault("annotations", {})[key] = seen_annotations[key]
     if seen is not None and "status" in seen:
         child["status"] = copy.deepcopy(seen["status"])
         meta.setdefault("uid", (seen.get("metadata") or {}).get("uid", ""))

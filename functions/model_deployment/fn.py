@@ -36,7 +36,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
-from plnt import conditions, xp
+from plnt import binding, conditions, xp
 from plnt.models import model_deployment
 from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision
@@ -171,7 +171,53 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         xp.set_conditions(rsp, conditions.waiting(conditions.REPLICAS_READY, ready_message))
     if spec.canary is not None or plan.outcome is not None:
         xp.set_conditions(rsp, _canary_condition(plan))
+    bound_cond = _bound_condition(schedules)
+    xp.set_conditions(rsp, bound_cond)
+    if not bound_cond.status:
+        xp.set_composite_ready(rsp, False)
+        if bound_cond.reason != binding.AWAITING_BINDING:
+            xp.warning(rsp, f"{bound_cond.reason}: {bound_cond.message}")
     return rsp
+
+
+def _bound_condition(schedules: dict[str, scheduler.Schedule]) -> xp.Condition:
+    """ReplicasBound: has the binder committed every replica, and do they all still fit? New
+    replicas are proposals until it has (docs/scheduler.md, "Binding")."""
+    kept = sorted((r for s in schedules.values() for r in s.kept), key=lambda r: r.name)
+    new = sum(len(s.placed) for s in schedules.values())
+    refused = sorted(
+        (r for s in schedules.values() for r in s.released if r.state == binding.REFUSED_STATE),
+        key=lambda r: r.name,
+    )
+    bound = [r for r in kept if r.state == binding.BOUND]
+    waiting = [r.name for r in kept if r.state != binding.BOUND]
+    total = len(kept) + new
+    head = f"bound {len(bound)} of {total} replicas"
+    over = [f"{r.name}: {r.over_committed}" for r in bound if r.over_committed]
+    if over:
+        return xp.Condition(
+            binding.REPLICAS_BOUND,
+            False,
+            binding.OVER_COMMITTED_REASON,
+            f"{head}; over-committed (the pool shrank after they were bound): " + "; ".join(over),
+        )
+    if refused:
+        lost = "; ".join(f"{r.name} on {r.cluster}: {r.message}" for r in refused)
+        return xp.Condition(
+            binding.REPLICAS_BOUND,
+            False,
+            binding.BINDING_REFUSED,
+            f"{head}; the binder refused (released, placed again where it fits): {lost}",
+        )
+    if waiting or new:
+        names = ", ".join(waiting + ([f"{new} new"] if new else []))
+        return xp.Condition(
+            binding.REPLICAS_BOUND,
+            False,
+            binding.AWAITING_BINDING,
+            f"{head}; awaiting the binder: {names}",
+        )
+    return xp.Condition(binding.REPLICAS_BOUND, True, binding.BOUND, head)
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from functions.model_deployment.scheduler import NODE_COST_ANNOTATION
+from plnt import binding
 
 Shape = Any  # dict[str, Shape] | list[Shape] | bool
 
@@ -24,13 +24,13 @@ CLUSTER: Shape = {
     "status": {"conditions": True, "pools": True, "gateway": True},
 }
 CLUSTER_SPEC: Shape = {"spec": {"nodePools": True}}  # only read while status has no pools
-CLASS: Shape = {"metadata": {"name": True}, "spec": {"devices": True}}
+CLASS: Shape = {"metadata": {"name": True}, "spec": {"devices": True, "nodeResources": True}}
 REPLICA: Shape = {
     "metadata": {
         "name": True,
         "namespace": True,
         "labels": True,
-        "annotations": {NODE_COST_ANNOTATION: True},
+        "annotations": dict.fromkeys(binding.ANNOTATIONS, True),
     },
     "spec": {
         "clusterName": True,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from functions.model_deployment.scheduler import NODE_COST_ANNOTATION, Placement
-from plnt import labels, names
+from functions.model_deployment.scheduler import Placement
+from plnt import binding, capacity, labels, names
 
 API_VERSION = "modelplane.ai/v1alpha1"
 MODEL_REPLICA = "ModelReplica"
@@ -95,9 +94,8 @@ def model_replica(
             "name": name,
             "namespace": namespace,
             "labels": replica_labels(deployment, revision, placement.cluster),
-            "annotations": {
-                NODE_COST_ANNOTATION: json.dumps(dict(placement.pool_nodes), sort_keys=True)
-            },
+            # The binder commits this demand; the ModelReplica renders once it has.
+            "annotations": {binding.DEMAND: capacity.demand_json(placement.demand)},
         },
         "spec": body,
     }
@@ -113,8 +111,10 @@ def pinned_replica(observed: Mapping[str, Any]) -> dict[str, Any]:
         "labels": {k: v for k, v in (meta.get("labels") or {}).items() if k in keep},
     }
     annotations = meta.get("annotations") or {}
-    if NODE_COST_ANNOTATION in annotations:
-        out_meta["annotations"] = {NODE_COST_ANNOTATION: annotations[NODE_COST_ANNOTATION]}
+    # What the replica was proposed with stays; the binder's own annotations are its to write.
+    kept = {k: annotations[k] for k in (binding.DEMAND, binding.LEGACY_NODES) if k in annotations}
+    if kept:
+        out_meta["annotations"] = kept
     return {
         "apiVersion": API_VERSION,
         "kind": MODEL_REPLICA,

@@ -43,17 +43,18 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import ipaddress
-import json
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from plnt import labels
+from plnt import binding, capacity, labels, quantity
 
 Evaluate = Callable[[str, dict], bool]
 Compile = Callable[[str], object]
 
-NODE_COST_ANNOTATION = "plnt.work/pool-nodes"  # JSON {pool: nodes} a replica occupies
+NODE_COST_ANNOTATION = binding.LEGACY_NODES  # read from replicas placed before devices counted
+DEMAND_ANNOTATION = binding.DEMAND
 CLAIM_DRA = "DRA"
 MAX_LISTED_CLUSTERS = 10
 SEARCH_BUDGET = 512  # pools tried per (replica, cluster) when engines compete for pools
@@ -80,8 +81,15 @@ class Request:
 @dataclasses.dataclass(frozen=True)
 class Member:
     role: str
-    pods: int  # pods (= nodes) per copy
+    pods: int  # pods per copy
     requests: tuple[Request, ...] | None  # None: no nodeSelector
+    cpu: int = 0  # millicores per pod (its containers' requests, else limits)
+    memory: int = 0  # bytes per pod
+
+    @property
+    def whole(self) -> bool:
+        """Gang pods (Leader/Worker) take a whole node each."""
+        return self.role in ("Leader", "Worker")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +104,7 @@ class Engine:
 
     @property
     def cost(self) -> int:
+        """Nodes in the old accounting (one per pod): the bench reports it beside devices."""
         return sum(m.pods * self.copies for m in self.members if m.requests is not None)
 
 
@@ -123,8 +132,17 @@ class PlacedReplica:
     deployment: str
     revision: str
     cluster: str
-    pool_nodes: Mapping[str, int]
+    pool_nodes: Mapping[str, int]  # the old accounting: nodes per pool
     engine_pools: tuple[tuple[str, str], ...]  # (engine, pool)
+    demand: Mapping[str, tuple[capacity.Pods, ...]] | None = None  # None: whole pool_nodes
+    slots: Mapping[str, tuple[capacity.Slot, ...]] | None = None  # committed by the binder
+    state: str = binding.PENDING
+    message: str = ""  # the binder's refusal
+    over_committed: str = ""
+
+    @property
+    def needs(self) -> Mapping[str, tuple[capacity.Pods, ...]]:
+        return self.demand if self.demand is not None else capacity.whole_nodes(self.pool_nodes)
 
 
 # --- outputs ----------------------------------------------------------------------------
@@ -149,7 +167,8 @@ class Placement:
 
     cluster: str
     engines: tuple[EnginePlacement, ...]
-    pool_nodes: Mapping[str, int]  # nodes it takes per pool
+    pool_nodes: Mapping[str, int]  # nodes it would take in the old accounting (one per pod)
+    demand: Mapping[str, tuple[capacity.Pods, ...]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -188,9 +207,39 @@ def engines_of(spec_engines: Sequence[Mapping[str, Any]]) -> tuple[Engine, ...]:
                     )
                     for d in selector.get("devices") or []
                 )
-            members.append(Member(role, pods, requests))
+            cpu, memory = _pod_resources(m)
+            members.append(Member(role, pods, requests, cpu, memory))
         out.append(Engine(engine["name"], int(engine.get("copies") or 1), tuple(members)))
     return tuple(out)
+
+
+def _pod_resources(member: Mapping[str, Any]) -> tuple[int, int]:
+    """CPU (millicores) and memory (bytes) one pod of the member asks for: the sum over its
+    containers of requests, else limits (as Kubernetes defaults requests to limits)."""
+    cpu = memory = 0
+    for c in ((member.get("template") or {}).get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        for key in (capacity.CPU, capacity.MEMORY):
+            raw = (res.get("requests") or {}).get(key, (res.get("limits") or {}).get(key))
+            if raw is None:
+                continue
+            amount = _amount(raw, milli=key == capacity.CPU)
+            if key == capacity.CPU:
+                cpu += amount
+            else:
+                memory += amount
+    return cpu, memory
+
+
+def _amount(raw: Any, *, milli: bool) -> int:
+    """A quantity as an integer (millis for CPU), rounded up; 0 if it does not parse (the
+    ModelReplica validation reports it)."""
+    try:
+        value = quantity.parse_quantity(str(raw)).value
+    except (quantity.QuantityError, ValueError):
+        return 0
+    value = value * 1000 if milli else value
+    return max(math.ceil(value), 0)
 
 
 def cluster_of(obj: Mapping[str, Any]) -> Cluster:
@@ -242,31 +291,16 @@ def url_host(address: str) -> str | None:
 
 
 def placed_replica(obj: Mapping[str, Any]) -> PlacedReplica:
-    """A ModelReplica as placed. Its cost comes from the scheduler's annotation when present,
-    else from its members: a member with device requests costs its pods x copies."""
+    """A ModelReplica as placed: its demand (plnt.binding.demand_of) and the binder's answer."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     obj_labels = meta.get("labels") or {}
     engine_pools = []
-    computed: dict[str, int] = {}
     for engine in spec.get("engines") or []:
-        copies = int(engine.get("copies") or 1)
-        pool = ""
-        for m in engine.get("members") or []:
-            pool = pool or m.get("nodePoolName", "")
-            if m.get("deviceRequests"):
-                pods = (m.get("worker") or {}).get("nodes") or 1 if m.get("role") == "Worker" else 1
-                name = m.get("nodePoolName", "")
-                computed[name] = computed.get(name, 0) + int(pods) * copies
+        pool = next((m.get("nodePoolName", "") for m in engine.get("members") or []), "")
         engine_pools.append((engine.get("name", ""), pool))
-    pool_nodes = computed
-    annotated = (meta.get("annotations") or {}).get(NODE_COST_ANNOTATION)
-    if annotated:
-        try:
-            parsed = json.loads(annotated)
-            pool_nodes = {str(k): int(v) for k, v in parsed.items()}
-        except (ValueError, TypeError, AttributeError):
-            pool_nodes = computed
+    state = binding.state_of(obj)
+    pool_nodes = {pool: sum(p.count for p in pods) for pool, pods in state.demand.items()}
     return PlacedReplica(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
@@ -275,6 +309,11 @@ def placed_replica(obj: Mapping[str, Any]) -> PlacedReplica:
         cluster=spec.get("clusterName", ""),
         pool_nodes=pool_nodes,
         engine_pools=tuple(engine_pools),
+        demand=state.demand,
+        slots=state.slots,
+        state=state.state,
+        message=state.message,
+        over_committed=state.over_committed,
     )
 
 
@@ -285,8 +324,9 @@ def placed_replica(obj: Mapping[str, Any]) -> PlacedReplica:
 class EngineFit:
     """How an engine's members fit one InferenceClass: per member, the device per request."""
 
-    waste: int
+    waste: int  # the old, whole-node waste: (device.count - request.count) x pods
     devices: tuple[tuple[Mapping[str, Any], ...] | None, ...]  # per member; None: no selector
+    pods: tuple[capacity.Pods, ...]  # what the engine's pods ask of one node of the class
 
 
 class Matcher:
@@ -301,6 +341,15 @@ class Matcher:
         # Per expression: devices it was evaluated on, and the last error if it erred on all.
         self._tried: dict[str, int] = {}
         self._erred: dict[str, tuple[int, str]] = {}
+        self._shapes: dict[str, capacity.Shape] = {}
+
+    def shape(self, class_name: str) -> capacity.Shape:
+        """What one node of the class offers (cached)."""
+        hit = self._shapes.get(class_name)
+        if hit is None:
+            hit = class_shape(self.classes.get(class_name))
+            self._shapes[class_name] = hit
+        return hit
 
     def always_errs(self, expr: str) -> str | None:
         """The error of a selector that raised on every device it was tried on, else None: such
@@ -363,14 +412,17 @@ class Matcher:
             result = f"InferenceClass {class_name!r} not found"
         else:
             devices = (cls.get("spec") or {}).get("devices") or []
+            shape = self.shape(class_name)
             waste = 0
             per_member: list[tuple[Mapping[str, Any], ...] | None] = []
+            pods: list[capacity.Pods] = []
             result = ""
             for member in engine.members:
                 if member.requests is None:
                     per_member.append(None)
                     continue
                 chosen = []
+                demand: dict[str, int] = {}
                 for req in member.requests:
                     dev = self.request(req, class_name, devices)
                     if isinstance(dev, str):
@@ -378,13 +430,38 @@ class Matcher:
                         break
                     chosen.append(dev)
                     waste += (int(dev.get("count") or 1) - req.count) * member.pods * engine.copies
+                    key = capacity.device_key(dev.get("name", ""))
+                    demand[key] = demand.get(key, 0) + req.count
                 if result:
                     break
+                # CPU and memory count only where the class declares them per node.
+                for key, amount in ((capacity.CPU, member.cpu), (capacity.MEMORY, member.memory)):
+                    if shape.amount(key) and amount:
+                        demand[key] = amount
                 per_member.append(tuple(chosen))
+                count = member.pods * engine.copies
+                pods.append(capacity.Pods(count, capacity.vector(demand), member.whole))
             if not result:
-                result = EngineFit(waste, tuple(per_member))
+                result = EngineFit(waste, tuple(per_member), tuple(pods))
         self._fits[key] = result
         return result
+
+
+def class_shape(cls: Mapping[str, Any] | None) -> capacity.Shape:
+    """One node of an InferenceClass: its devices by name and, if declared, its CPU and memory."""
+    if cls is None:
+        return capacity.Shape(())
+    spec = cls.get("spec") or {}
+    offers: dict[str, int] = {}
+    for dev in spec.get("devices") or []:
+        key = capacity.device_key(dev.get("name", ""))
+        offers[key] = offers.get(key, 0) + int(dev.get("count") or 1)
+    node = spec.get("nodeResources") or {}
+    if node.get("cpu") is not None:
+        offers[capacity.CPU] = _amount(node["cpu"], milli=True)
+    if node.get("memory") is not None:
+        offers[capacity.MEMORY] = _amount(node["memory"], milli=False)
+    return capacity.Shape(capacity.vector(offers))
 
 
 def _short(expr: str, limit: int = 80) -> str:
@@ -397,12 +474,14 @@ def _short(expr: str, limit: int = 80) -> str:
 
 @dataclasses.dataclass
 class _Choice:
-    waste: int
+    waste: int  # devices left idle on the nodes it opens
+    static: int  # the whole-node waste of its classes: a tie goes to the smaller nodes
     pools: list[tuple[Pool, EngineFit | None]]  # per engine
 
 
 class Scheduler:
-    """One scheduling decision over one fleet snapshot."""
+    """One scheduling decision over one fleet snapshot: per (cluster, pool) the nodes and what
+    is taken on each (`plnt.capacity.Pool`)."""
 
     def __init__(
         self,
@@ -414,26 +493,46 @@ class Scheduler:
         self.engines = tuple(engines)
         self.clusters = {c.name: c for c in clusters}
         self.matcher = Matcher(classes, evaluate)
-        self.free: dict[tuple[str, str], int] = {}
+        self.pools: dict[tuple[str, str], capacity.Pool] = {}
         for c in self.clusters.values():
             for p in c.pools:
-                self.free[(c.name, p.name)] = p.capacity
+                self.pools[(c.name, p.name)] = capacity.Pool(
+                    p.capacity, self.matcher.shape(p.class_name)
+                )
 
-    def charge(self, cluster: str, pool_nodes: Mapping[str, int]) -> None:
-        for pool, nodes in pool_nodes.items():
-            key = (cluster, pool)
-            if key in self.free:
-                self.free[key] -= nodes
+    def charge_bound(self, replica: PlacedReplica) -> None:
+        """A replica the binder committed: exactly its slots (what no longer fits is the
+        binder's to report)."""
+        for pool, slots in (replica.slots or {}).items():
+            account = self.pools.get((replica.cluster, pool))
+            if account is not None:
+                account.take(slots)
+
+    def charge_proposed(self, replica: PlacedReplica) -> None:
+        """A replica not committed yet (or placed before the binder): packed by its demand, each
+        pod where it still fits, so a pool it over-fills reads as full."""
+        for pool, pods in replica.needs.items():
+            account = self.pools.get((replica.cluster, pool))
+            if account is not None:
+                account.pack_what_fits(pods)
+
+    def charge(self, replica: PlacedReplica) -> None:
+        if replica.state == binding.REFUSED_STATE:
+            return
+        if replica.slots is not None:
+            self.charge_bound(replica)
+        else:
+            self.charge_proposed(replica)
 
     def choose(self, cluster: Cluster) -> _Choice | None:
         """The pools this replica would take on `cluster`, or None if it does not fit.
 
-        Depth-first over engines in spec order, each trying its candidate pools by (waste,
-        name): the first complete assignment wins, so the common case is the greedy one, and
-        engines that only fit by sharing pools differently are still found. The search visits
-        at most SEARCH_BUDGET pools per call.
+        Depth-first over engines in spec order, each trying its candidate pools by (devices
+        wasted, name): the first complete assignment wins, so the common case is the greedy
+        one, and engines that only fit by sharing pools differently are still found. The
+        search visits at most SEARCH_BUDGET pools per call.
         """
-        options: list[list[tuple[Pool, EngineFit]] | None] = []
+        options: list[list[tuple[int, Pool, EngineFit]] | None] = []
         for i, engine in enumerate(self.engines):
             if not engine.selective:
                 options.append(None)
@@ -441,68 +540,73 @@ class Scheduler:
             fits = []
             for pool in cluster.pools:
                 fit = self.matcher.fit(i, engine, pool.class_name)
-                if not isinstance(fit, str) and self.free[(cluster.name, pool.name)] >= engine.cost:
-                    fits.append((pool, fit))
+                if isinstance(fit, str):
+                    continue
+                account = self.pools[(cluster.name, pool.name)]
+                slots = account.pack(fit.pods)
+                if slots is None:
+                    continue
+                waste = account.waste(slots)
+                account.release(slots)
+                fits.append((waste, pool, fit))
             if not fits:
                 return None
-            fits.sort(key=lambda pf: (pf[1].waste, pf[0].name))
+            fits.sort(key=lambda wpf: (wpf[0], wpf[2].waste, wpf[1].name))
             options.append(fits)
-        chosen = self._search(
-            cluster.name, options=options, index=0, taken={}, chosen=[], budget=[SEARCH_BUDGET]
-        )
-        if chosen is None:
+        selective = [o for o in options if o is not None]
+        if len(selective) == 1:  # one engine to place: its best pool is the answer
+            waste, pool, fit = selective[0][0]
+            found = (waste, [(pool, fit) if o is not None else None for o in options])
+        else:
+            found = self._search(cluster.name, options, [], [SEARCH_BUDGET])
+        if found is None:
             return None
+        waste, chosen = found
+        static = sum(c[1].waste for c in chosen if c is not None)
         default = next((c[0] for c in chosen if c is not None), None)
         if default is None:
             pools = sorted(cluster.pools, key=lambda p: p.name)
             if not pools:
                 return None
             default = pools[0]
-        waste = sum(c[1].waste for c in chosen if c is not None)
-        return _Choice(waste, [c if c is not None else (default, None) for c in chosen])
+        return _Choice(waste, static, [c if c is not None else (default, None) for c in chosen])
 
     def _search(
         self,
         cluster: str,
-        *,
-        options: list[list[tuple[Pool, EngineFit]] | None],
-        index: int,
-        taken: dict[str, int],
+        options: list[list[tuple[int, Pool, EngineFit]] | None],
         chosen: list[tuple[Pool, EngineFit] | None],
         budget: list[int],
-    ) -> list[tuple[Pool, EngineFit] | None] | None:
+    ) -> tuple[int, list[tuple[Pool, EngineFit] | None]] | None:
+        """Packs engine len(chosen) onto its next candidate pool, recursing; every pack is
+        released again before returning (the pools are left as found)."""
+        index = len(chosen)
         if index == len(options):
-            return list(chosen)
+            return 0, list(chosen)
         fits = options[index]
         if fits is None:
-            return self._search(
-                cluster,
-                options=options,
-                index=index + 1,
-                taken=taken,
-                chosen=[*chosen, None],
-                budget=budget,
-            )
-        cost = self.engines[index].cost
-        for pool, fit in fits:
+            return self._search(cluster, options, [*chosen, None], budget)
+        for _, pool, fit in fits:
             if budget[0] <= 0:
                 return None
             budget[0] -= 1
-            if self.free[(cluster, pool.name)] - taken.get(pool.name, 0) < cost:
+            account = self.pools[(cluster, pool.name)]
+            slots = account.pack(fit.pods)
+            if slots is None:
                 continue
-            taken[pool.name] = taken.get(pool.name, 0) + cost
-            found = self._search(
-                cluster,
-                options=options,
-                index=index + 1,
-                taken=taken,
-                chosen=[*chosen, (pool, fit)],
-                budget=budget,
-            )
-            taken[pool.name] -= cost
+            waste = account.waste(slots)
+            found = self._search(cluster, options, [*chosen, (pool, fit)], budget)
+            account.release(slots)
             if found is not None:
-                return found
+                return found[0] + waste, found[1]
         return None
+
+    def take(self, cluster: str, choice: _Choice) -> None:
+        """Charges a chosen placement (the same packs `choose` found, in the same order)."""
+        for engine, (pool, fit) in zip(self.engines, choice.pools, strict=True):
+            if fit is not None and engine.selective:
+                slots = self.pools[(cluster, pool.name)].pack(fit.pods)
+                assert slots is not None, "a chosen placement packs again"
 
     def place(
         self, count: int, candidates: Sequence[Cluster], pinned: Sequence[PlacedReplica]
@@ -510,8 +614,8 @@ class Scheduler:
         """Up to `count` new replicas, one at a time, each on the best candidate cluster.
 
         A heap keyed by (replicas of this revision on the cluster, waste, name) holds every
-        cluster that fits one more; placing a replica changes only that cluster's free nodes,
-        so only its entry is recomputed.
+        cluster that fits one more; placing a replica changes only that cluster's pools, so
+        only its entry is recomputed.
         """
         on_cluster: dict[str, int] = {}
         for r in pinned:
@@ -520,22 +624,25 @@ class Scheduler:
         for c in candidates:
             choice = self.choose(c)
             if choice is not None:
-                heap.append((on_cluster.get(c.name, 0), choice.waste, c.name, choice))
+                heap.append(
+                    (on_cluster.get(c.name, 0), choice.waste, choice.static, c.name, choice)
+                )
         heapq.heapify(heap)
         placed: list[Placement] = []
         while heap and len(placed) < count:
-            replicas_there, _, name, choice = heapq.heappop(heap)
+            replicas_there, _, _, name, choice = heapq.heappop(heap)
             cluster = self.clusters[name]
-            placement = self.placement(cluster, choice)
-            self.charge(name, placement.pool_nodes)
-            placed.append(placement)
+            placed.append(self.placement(cluster, choice))
+            self.take(name, choice)
             following = self.choose(cluster)
             if following is not None:
-                heapq.heappush(heap, (replicas_there + 1, following.waste, name, following))
+                key = (replicas_there + 1, following.waste, following.static, name)
+                heapq.heappush(heap, (*key, following))
         return placed
 
     def why_not(self, cluster: Cluster) -> str:
-        """Why one more replica does not fit on `cluster`, per engine and pool."""
+        """Why one more replica does not fit on `cluster`, per engine and pool, in the unit
+        that ran out (devices, CPU, memory, or whole nodes for gangs)."""
         if not cluster.ready:
             return "not Ready"
         if not cluster.pools:
@@ -550,12 +657,12 @@ class Scheduler:
                 if isinstance(fit, str):
                     per_pool.append(f"pool {pool.name}: {fit}")
                     continue
-                free = self.free[(cluster.name, pool.name)]
-                if free < engine.cost:
-                    per_pool.append(
-                        f"pool {pool.name}: not enough free nodes (need {engine.cost}, free "
-                        f"{max(free, 0)})"
-                    )
+                account = self.pools[(cluster.name, pool.name)]
+                slots = account.pack(fit.pods)
+                if slots is None:
+                    per_pool.append(f"pool {pool.name}: {account.shortfall(fit.pods)}")
+                else:
+                    account.release(slots)
             if len(per_pool) == len(cluster.pools):
                 parts.append(f"engine {engine.name}: " + "; ".join(per_pool))
         return "; ".join(parts) or "engines do not fit together on its pools"
@@ -563,8 +670,11 @@ class Scheduler:
     def placement(self, cluster: Cluster, choice: _Choice) -> Placement:
         engines = []
         nodes: dict[str, int] = {}
+        demand: dict[str, tuple[capacity.Pods, ...]] = {}
         for engine, (pool, fit) in zip(self.engines, choice.pools, strict=True):
             members = []
+            if fit is not None:
+                demand[pool.name] = demand.get(pool.name, ()) + fit.pods
             for idx, member in enumerate(engine.members):
                 devices = fit.devices[idx] if fit is not None else None
                 requests: list[dict[str, Any]] = []
@@ -583,7 +693,7 @@ class Scheduler:
                         requests.append(request)
                 members.append(MemberPlacement(pool.name, tuple(requests)))
             engines.append(EnginePlacement(engine.name, pool.name, tuple(members)))
-        return Placement(cluster.name, tuple(engines), nodes)
+        return Placement(cluster.name, tuple(engines), nodes, demand)
 
 
 def keep_pins(
@@ -591,8 +701,8 @@ def keep_pins(
 ) -> tuple[list[PlacedReplica], list[PlacedReplica]]:
     """(kept, released): pins stay while their cluster exists; of more than `replicas`, those
     on clusters that are not Ready go first, then the highest index."""
-    alive = [r for r in own if r.cluster in clusters]
-    gone = [r for r in own if r.cluster not in clusters]
+    alive = [r for r in own if r.cluster in clusters and r.state != binding.REFUSED_STATE]
+    gone = [r for r in own if r.cluster not in clusters or r.state == binding.REFUSED_STATE]
     alive.sort(key=lambda r: (not clusters[r.cluster].ready, replica_index(r.name), r.name))
     return alive[:replicas], gone + alive[replicas:]
 
@@ -638,18 +748,23 @@ def schedule(
     )
 
     own_keys = {(r.namespace, r.name) for r in own}
-    for r in fleet:
-        if (r.namespace, r.name) not in own_keys:
-            sched.charge(r.cluster, r.pool_nodes)
-
     kept, released = keep_pins(own, by_name, replicas)
     gone = "".join(
         f"; {r.name} released (cluster {r.cluster} is gone)"
-        for r in released
         if r.cluster not in by_name
+        else f"; {r.name} released (the binder refused it: {r.message})"
+        for r in released
+        if r.cluster not in by_name or r.state == binding.REFUSED_STATE
     )
-    for r in kept:
-        sched.charge(r.cluster, r.pool_nodes)
+    # Committed replicas first (their slots are exact), then proposals in a fixed order.
+    holding = [r for r in fleet if (r.namespace, r.name) not in own_keys] + kept
+    for r in sorted(holding, key=lambda r: (r.slots is None, r.namespace, r.name)):
+        sched.charge(r)
+    # A refusal means the binder's ledger is fuller than this snapshot: for this decision the
+    # refused replica's demand is counted where it was, so its replacement looks elsewhere.
+    for r in released:
+        if r.state == binding.REFUSED_STATE:
+            sched.charge_proposed(r)
     needed = replicas - len(kept) if place_new else 0
 
     invalid = _invalid_selectors(spec_engines, compile_check) if place_new else ""

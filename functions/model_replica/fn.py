@@ -8,6 +8,11 @@ Namespace (never deleted: other replicas share it), ResourceClaimTemplates and a
 or LeaderWorkerSet per engine (workloads.py), and the serving surface (serving.py): in both
 serving modes an InferencePool over the serving pods, its endpoint picker and an HTTPRoute.
 
+Capacity: only a replica the binder has committed (`plnt.binding`: its binding annotation has
+the digest of its current spec and demand) composes anything; until then, or when refused,
+nothing is composed and the `Bound` condition says why (docs/scheduler.md, "Binding"). That is
+what makes the binder's ledger, not each reconcile's snapshot, decide what runs.
+
 Choices: until the cluster is known and has a ProviderConfig nothing is composed (an Object
 without a reachable cluster could never be deleted); a workload Object is ready only when
 its observed status shows every copy available, and ``WorkloadsReady`` says which engine
@@ -34,7 +39,7 @@ from functions.model_replica.replica import (
     kubernetes_object,
     observed_manifest,
 )
-from plnt import conditions, labels, weights, workload_cluster, xp
+from plnt import binding, conditions, labels, weights, workload_cluster, xp
 from plnt.models.model_replica import ModelReplicaSpec, check_engines
 
 API_VERSION = "modelplane.ai/v1alpha1"
@@ -72,6 +77,16 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     cluster = clusters[0] if clusters else None
 
     # --- decisions ----------------------------------------------------------------------------
+    bound = binding.state_of(xr)
+    xp.set_conditions(rsp, bound_condition(bound, spec.cluster_name))
+    if bound.state != binding.BOUND:
+        hold(
+            rsp,
+            spec,
+            bound_condition(bound, spec.cluster_name).message,
+            reason=binding_reason(bound),
+        )
+        return rsp
     missing = cluster_problem(spec.cluster_name, cluster)
     if missing:
         hold(rsp, spec, missing)
@@ -196,7 +211,39 @@ def cluster_problem(name: str, cluster: dict[str, Any] | None) -> str | None:
     return None
 
 
-def hold(rsp: fnv1.RunFunctionResponse, spec: ModelReplicaSpec, why: str) -> None:
+def binding_reason(state: binding.State) -> str:
+    if state.state == binding.REFUSED_STATE:
+        return binding.BINDING_REFUSED
+    return binding.AWAITING_BINDING if state.state == binding.PENDING else binding.BOUND
+
+
+def bound_condition(state: binding.State, cluster: str) -> xp.Condition:
+    if state.state == binding.BOUND:
+        message = f"its devices are committed on cluster {cluster}"
+        if state.over_committed:
+            message += f"; over-committed since: {state.over_committed}"
+        return xp.Condition(conditions.BOUND, True, binding.BOUND, message)
+    if state.state == binding.REFUSED_STATE:
+        return xp.Condition(
+            conditions.BOUND,
+            False,
+            binding.BINDING_REFUSED,
+            f"the binder refused it: {state.message}",
+        )
+    return xp.Condition(
+        conditions.BOUND,
+        False,
+        binding.AWAITING_BINDING,
+        "awaiting the binder (plnt reconcile --bind) to commit its devices",
+    )
+
+
+def hold(
+    rsp: fnv1.RunFunctionResponse,
+    spec: ModelReplicaSpec,
+    why: str,
+    reason: str = conditions.MISSING_DEPENDENCY,
+) -> None:
     """Composes nothing, keeps the replica not Ready, and says why."""
     xp.set_status(
         rsp,
@@ -212,7 +259,7 @@ def hold(rsp: fnv1.RunFunctionResponse, spec: ModelReplicaSpec, why: str) -> Non
         conditions.waiting(
             conditions.WORKLOADS_READY,
             f"{why}: nothing is composed until it is",
-            reason=conditions.MISSING_DEPENDENCY,
+            reason=reason,
         ),
     )
     xp.set_composite_ready(rsp, False)

@@ -97,9 +97,17 @@ class Provisioning(_Model):
     coreweave: CoreWeaveProvisioning | None = None
 
 
+class NodeResources(_Model):
+    """CPU and memory one node offers engine pods; declared, the scheduler counts them too."""
+
+    cpu: int | str | None = None
+    memory: int | str | None = None
+
+
 class InferenceClassSpec(_Model):
     description: str = Field("", max_length=1024)
     devices: list[Device] = Field(default_factory=list, max_length=16)
+    node_resources: NodeResources | None = Field(default=None, alias="nodeResources")
     provisioning: Provisioning | None = None
 
     @property
@@ -156,6 +164,13 @@ def check(spec: InferenceClassSpec, path: str = "spec") -> None:
             if isinstance(cap.value, str) and not QUANTITY.fullmatch(cap.value):
                 raise xp.InvalidInput(
                     f"{where}.value", f"{cap.value!r} is not a Kubernetes quantity"
+                )
+    if spec.node_resources is not None:
+        for name in ("cpu", "memory"):
+            value = getattr(spec.node_resources, name)
+            if isinstance(value, str) and not QUANTITY.fullmatch(value):
+                raise xp.InvalidInput(
+                    f"{path}.nodeResources.{name}", f"{value!r} is not a Kubernetes quantity"
                 )
     if (
         spec.provisioning

@@ -1,11 +1,14 @@
-"""`plnt reconcile`: scale ModelDeployments toward their tokens-per-second target.
+"""`plnt reconcile`: scale ModelDeployments toward their tokens-per-second target, and bind
+proposed ModelReplicas to capacity (docs/scheduler.md, "Binding").
 
     plnt reconcile [--kubeconfig PATH] [--prometheus-url URL] [--interval SECONDS] [--once]
                    [--max-step N] [--stabilization-seconds S] [--health-address HOST:PORT]
+                   [--bind | --bind-only] [--bind-interval SECONDS] [--ledger-namespace NS]
 
 With --once it lists ModelDeployments, makes one pass, prints one line per ModelDeployment and
 exits (1 if any write failed). Otherwise it watches ModelDeployments and reconciles every
-interval until SIGTERM, serving /healthz and /readyz.
+interval until SIGTERM, serving /healthz and /readyz. --bind also runs the binder every
+--bind-interval; --bind-only runs nothing else (no Prometheus needed).
 """
 
 from __future__ import annotations
@@ -57,6 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--health-address", default="0.0.0.0:8081", help="HOST:PORT for probes")
     p.add_argument("--debug", action="store_true", help="log at debug level")
+    binder = p.add_mutually_exclusive_group()
+    binder.add_argument(
+        "--bind", action="store_true", help="also bind proposed ModelReplicas to capacity"
+    )
+    binder.add_argument(
+        "--bind-only", action="store_true", help="only bind ModelReplicas (no autoscaling)"
+    )
+    p.add_argument("--bind-interval", type=float, default=2.0, help="seconds between binds")
+    p.add_argument(
+        "--ledger-namespace",
+        default="plnt-system",
+        help="namespace of the per-cluster ledger ConfigMaps (must exist)",
+    )
     return p
 
 
@@ -84,6 +100,8 @@ def _check(args: argparse.Namespace) -> str:
         return "--stabilization-seconds must be >= 0"
     if args.stale_after <= 0:
         return "--stale-after must be > 0"
+    if args.bind_interval <= 0:
+        return "--bind-interval must be > 0"
     return ""
 
 
@@ -117,17 +135,33 @@ def main(argv: Sequence[str]) -> int:
     except Exception as err:  # any config problem is a usage error here
         sys.stderr.write(f"plnt reconcile: cannot load Kubernetes config: {err}" + "\n")
         return 2
+    if args.bind_only:
+        try:
+            return _bind(args, api)
+        finally:
+            api.close()
     cluster = kube.Kube(api)
     prometheus = metrics.Prometheus(
         args.prometheus_url, rate_window=args.rate_window, stale_after=args.stale_after
     )
     policy = Policy(max_step=args.max_step, stabilization_seconds=args.stabilization_seconds)
     reconciler = loop.Reconciler(cluster, prometheus, policy)
+    binder_stop = threading.Event()
+    binder_thread = None
+    if args.bind and not args.once:
+        binder_thread = threading.Thread(
+            target=_bind, args=(args, api, binder_stop), name="bind", daemon=True
+        )
+        binder_thread.start()
     try:
         if args.once:
-            return _once(cluster, reconciler)
+            failed = _bind(args, api) if args.bind else 0
+            return _once(cluster, reconciler) or failed
         return _forever(args, cluster, reconciler)
     finally:
+        binder_stop.set()
+        if binder_thread is not None:
+            binder_thread.join(timeout=10)
         prometheus.close()
         api.close()
 
@@ -169,4 +203,38 @@ def _forever(args: argparse.Namespace, cluster: Kube, reconciler: Reconciler) ->
     finally:
         cache.close()
         server.shutdown()
+    return 0
+
+
+def _bind(args: argparse.Namespace, api: object, stop: threading.Event | None = None) -> int:
+    """The binder: one pass with --once (a line per cluster; 1 if a cluster failed), else a pass
+    every --bind-interval until SIGTERM (or `stop`)."""
+    from plnt.reconcile import binder
+
+    b = binder.Binder(api, namespace=args.ledger_namespace)  # type: ignore[arg-type]
+    if args.once:
+        try:
+            outcomes = b.bind_once()
+        except Exception as err:
+            sys.stderr.write(f"plnt reconcile: binding: {type(err).__name__}: {err}" + "\n")
+            return 1
+        for outcome in outcomes:
+            sys.stdout.write(outcome.line() + "\n")
+        return 1 if any(o.error for o in outcomes) else 0
+    if stop is None:
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    log = logging.getLogger("plnt.reconcile.binder")
+    last: dict[str, str] = {}
+    while not stop.is_set():
+        try:
+            for outcome in b.bind_once():
+                line = outcome.line()
+                if last.get(outcome.cluster) != line:  # log changes, not every pass
+                    log.log(logging.WARNING if outcome.error else logging.INFO, "%s", line)
+                    last[outcome.cluster] = line
+        except Exception:
+            log.exception("bind pass failed")
+        stop.wait(args.bind_interval)
     return 0

@@ -29,7 +29,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import json_format
 
 from functions.canary_gate import canary, fn, inflight
-from plnt import procs, render, runtime, xp
+from plnt import binding, procs, render, runtime, xp
 from plnt.gate.fake_server import Behaviour, FakeServer, serve_in_thread
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -601,10 +601,13 @@ def test_the_status_is_json_serialisable(server: FakeServer) -> None:
 
 
 def as_observed(rendered: render.Rendered) -> list[dict[str, Any]]:
-    """What Crossplane would observe once everything rendered is applied and Ready."""
+    """What Crossplane would observe once everything rendered is applied, bound by the binder
+    (ModelReplicas) and Ready."""
     out = []
     for obj in copy.deepcopy(rendered.composed):
         obj["metadata"].pop("ownerReferences", None)
+        if obj["kind"] == "ModelReplica":
+            obj["metadata"].setdefault("annotations", {})[binding.BINDING] = binding.preview(obj)
         obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
         out.append(obj)
     return out

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import pathlib
 from typing import Any
 
@@ -11,7 +13,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import fn
-from plnt import render
+from plnt import binding, render
 from plnt.revision import revision
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -120,7 +122,8 @@ def test_shortfall_reports_placed_count_and_per_cluster_reasons() -> None:
     msg = cond["message"]
     assert msg.startswith("placed 3 of 6 replicas; ")
     assert "cluster coreweave-h100: engine llama-405b: " in msg
-    assert "pool h100: not enough free nodes (need 1, free 0)" in msg
+    # issue 15: 8-GPU pods ran out of GPUs, said in devices
+    assert "pool h100: not enough free gpu (need 8 on one node, 0 of 32 free in the pool)" in msg
     assert "cluster coreweave-l40s: " in msg and "false on device gpu" in msg
     assert "cluster lab-l4: " in msg and "device gpu has 1 per node, 8 requested" in msg
     assert out.xr["status"]["replicas"]["total"] == 3
@@ -137,7 +140,10 @@ def test_gang_lands_on_the_h100_cluster_with_both_members_pinned() -> None:
     ]
     assert all(m["deviceRequests"][0]["count"] == 8 for m in members)
     assert all(len(m["deviceRequests"][0]["selectors"]) == 2 for m in members)
-    assert replica["metadata"]["annotations"]["plnt.work/pool-nodes"] == '{"h100": 2}'
+    # issue 15: the demand the binder commits; gang pods take a whole node each
+    assert json.loads(replica["metadata"]["annotations"]["plnt.work/pool-demand"]) == {
+        "h100": [[1, {"device:gpu": 8}, True], [1, {"device:gpu": 8}, True]]
+    }
 
 
 def test_prefill_decode_engines_share_one_cluster() -> None:
@@ -359,3 +365,88 @@ def test_replicas_ready_says_pulling_weights_when_a_replica_does(
     ready = condition(out, "ReplicasReady")
     assert (ready["status"], ready["reason"]) == (status, reason)
     assert ready["message"] == message.format(*names)
+
+
+def test_one_gpu_replicas_share_eight_gpu_nodes_in_render() -> None:
+    """Issue 15: 20 one-GPU replicas fit the example fleet (4 L4 nodes, 2 x 8 L40S, and 4 x 8
+    H100 less the research team's whole node); counted in nodes only 9 would."""
+    base = scenario("deploy-qwen3-8b")
+    xr = copy.deepcopy(base.xr)
+    xr["spec"]["replicas"] = 20
+    out = render.render(dataclasses.replace(base, xr=xr))
+    replicas = of_kind(out, "ModelReplica")
+    assert len(replicas) == 20
+    by_cluster: dict[str, int] = {}
+    for r in replicas.values():
+        by_cluster[r["spec"]["clusterName"]] = by_cluster.get(r["spec"]["clusterName"], 0) + 1
+        demand = json.loads(r["metadata"]["annotations"]["plnt.work/pool-demand"])
+        assert list(demand.values()) == [[[1, {"device:gpu": 1}, False]]]
+    assert by_cluster["lab-l4"] == 4  # one L4 per node
+    assert by_cluster["coreweave-h100"] + by_cluster["coreweave-l40s"] == 16  # shared nodes
+    assert condition(out, "ReplicasScheduled")["status"] == "True"
+
+
+# --- issue 15: the binder's answers on the ModelDeployment ------------------------------------
+
+
+def _answered(objs: list[dict[str, Any]], answer: dict[str, dict[str, str]]) -> list[dict]:
+    """Observed replicas with the binder's annotations, by replica name."""
+    out = as_observed(objs)
+    for obj in out:
+        obj["metadata"].setdefault("annotations", {}).update(
+            answer.get(obj["metadata"]["name"], {})
+        )
+    return out
+
+
+def test_new_replicas_are_proposals_until_the_binder_commits_them() -> None:
+    out = render.render(scenario("deploy-qwen3-8b"))
+    cond = condition(out, "ReplicasBound")
+    assert (cond["status"], cond["reason"]) == ("False", "AwaitingBinding")
+    assert cond["message"] == "bound 0 of 3 replicas; awaiting the binder: 3 new"
+    assert condition(out, "Ready")["status"] == "False"
+
+    first = of_kind(out, "ModelReplica")
+    answers = {n: {binding.BINDING: binding.preview(o)} for n, o in first.items()}
+    second = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
+    cond = condition(second, "ReplicasBound")
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "True",
+        "Bound",
+        "bound 3 of 3 replicas",
+    )
+
+
+def test_a_refused_replica_is_released_placed_again_and_the_refusal_stays_loud() -> None:
+    out = render.render(scenario("deploy-qwen3-8b"))
+    replicas = of_kind(out, "ModelReplica")
+    lost = next(n for n, o in replicas.items() if o["spec"]["clusterName"] == "lab-l4")
+    answers = {n: {binding.BINDING: binding.preview(o)} for n, o in replicas.items() if n != lost}
+    state = binding.state_of(replicas[lost])
+    answers[lost] = {
+        binding.REFUSED: binding.refusal_json(state.digest, "pool l4: not enough free gpu")
+    }
+    again = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
+    now = of_kind(again, "ModelReplica")
+    assert lost not in now  # released
+    assert len(now) == 3  # and another placed in its stead
+    cond = condition(again, "ReplicasBound")
+    assert cond["reason"] == "BindingRefused"
+    assert f"{lost} on lab-l4: pool l4: not enough free gpu" in cond["message"]
+    assert (
+        f"{lost} released (the binder refused it: pool l4: not enough free gpu)"
+        in (condition(again, "ReplicasScheduled")["message"])
+    )
+
+
+def test_an_over_committed_replica_is_reported_on_its_deployment() -> None:
+    out = render.render(scenario("deploy-qwen3-8b"))
+    replicas = of_kind(out, "ModelReplica")
+    answers = {n: {binding.BINDING: binding.preview(o)} for n, o in replicas.items()}
+    victim = sorted(replicas)[0]
+    answers[victim][binding.OVER_COMMITTED] = "pool h100: 1 of its 1 pods no longer fit"
+    again = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
+    cond = condition(again, "ReplicasBound")
+    assert (cond["status"], cond["reason"]) == ("False", "OverCommitted")
+    assert f"{victim}: pool h100: 1 of its 1 pods no longer fit" in cond["message"]
+    assert victim in of_kind(again, "ModelReplica")  # reported, not evicted

@@ -16,7 +16,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, serving
-from plnt import labels, render, xp
+from plnt import binding, labels, render, xp
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -29,7 +29,12 @@ INVALID = sorted((REPO / "tests" / "invalid" / "modelreplicas").glob("*.yaml"))
 
 
 def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
-    """Calls the function until its requirements are stable, answering them from `required`."""
+    """Calls the function until its requirements are stable, answering them from `required`.
+    A bound example stays bound after a test changes its spec (as the binder would re-bind)."""
+    annotations = xr.get("metadata", {}).get("annotations") or {}
+    if binding.BINDING in annotations:
+        xr = copy.deepcopy(xr)
+        xr["metadata"]["annotations"][binding.BINDING] = binding.preview(xr)
     return render.call_function(fn.run_function, xr, required, observed, "function-model-replica")
 
 
@@ -619,3 +624,53 @@ def test_invalid_cases_cover_every_cel_rule_of_the_xrd() -> None:
     assert len(messages) == 9
     for message in messages:
         assert any(e in message for e in expected), f"no invalid case for: {message}"
+
+
+# --- issue 15: only bound replicas render -----------------------------------------------------
+
+
+def _unbound(xr: dict) -> dict:
+    out = copy.deepcopy(xr)
+    out["metadata"]["annotations"].pop(binding.BINDING)
+    return out
+
+
+def test_an_unbound_replica_composes_nothing_and_says_it_awaits_the_binder() -> None:
+    rsp = render.call_function(
+        fn.run_function, _unbound(QWEN.xr), QWEN.required, (), "function-model-replica"
+    )
+    assert composed(rsp) == {}
+    bound = condition(rsp, "Bound")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
+    assert "awaiting the binder" in bound.message
+    assert condition(rsp, "WorkloadsReady").reason == "AwaitingBinding"
+
+
+def test_a_refused_replica_composes_nothing_and_says_why() -> None:
+    xr = _unbound(QWEN.xr)
+    state = binding.state_of(xr)
+    xr["metadata"]["annotations"][binding.REFUSED] = binding.refusal_json(
+        state.digest, "pool gpu-l4: not enough free gpu"
+    )
+    rsp = render.call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
+    assert composed(rsp) == {}
+    bound = condition(rsp, "Bound")
+    assert bound.reason == "BindingRefused"
+    assert bound.message == "the binder refused it: pool gpu-l4: not enough free gpu"
+
+
+def test_a_binding_for_another_spec_does_not_count() -> None:
+    # The binder committed one GPU; the spec now asks for two: not bound until re-committed.
+    xr = copy.deepcopy(QWEN.xr)
+    xr["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
+    rsp = render.call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
+    assert composed(rsp) == {}
+    assert condition(rsp, "Bound").reason == "AwaitingBinding"
+
+
+def test_a_bound_replica_says_so() -> None:
+    rsp = run_scenario(QWEN)
+    bound = condition(rsp, "Bound")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_TRUE, "Bound")
+    assert bound.message == "its devices are committed on cluster eks-l4"
+    assert composed(rsp)  # and renders its workloads

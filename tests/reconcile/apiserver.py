@@ -277,6 +277,12 @@ class APIServer:
             "ServiceAccount": "serviceaccounts",
             "ClusterRole": "clusterroles",
             "ClusterRoleBinding": "clusterrolebindings",
+            "Role": "roles",
+            "RoleBinding": "rolebindings",
+            "ConfigMap": "configmaps",
+            "InferenceCluster": "inferenceclusters",
+            "InferenceClass": "inferenceclasses",
+            "ModelReplica": "modelreplicas",
             "CustomResourceDefinition": "customresourcedefinitions",
             "ModelDeployment": "modeldeployments",
         }[kind]

@@ -25,3 +25,15 @@ def test_generated_fleet_mixes_three_gpu_classes() -> None:
     }
     assert pools == set(bench_scheduler.GPUS)
     assert len(req.required_resources["model-replicas"].items) == 2
+
+
+def test_bench_reports_devices_beside_nodes() -> None:
+    acc = bench_scheduler.bench(sizes=((10, 4, 1),), runs=1)["10x4x1"]["accounting"]
+    # 10 clusters x 4 pools x 4 nodes, the classes cycling H100 x8, L40S x8, L4 x1
+    assert acc["fleet"] == {"gpus": 916, "nodes": 160}
+    assert acc["placed_gpus"] == 8  # one 8-GPU replica
+    assert acc["before"] == {"nodes_taken": 2}  # it and the other team's hand-made replica
+    assert acc["now"]["nodes_touched"] == 2
+    # counted in devices, the 1-GPU replicas that still fit are the free GPUs, not free nodes
+    assert acc["one_gpu_replicas_that_still_fit"]["before"] == 158
+    assert acc["one_gpu_replicas_that_still_fit"]["now"] == 916 - acc["now"]["gpus_taken"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from functions.model_deployment import scheduler
+from plnt import capacity
 from tests.scheduler.fleet import (
     StubCel,
     cluster,
@@ -114,9 +115,11 @@ def test_capacity_counts_every_deployments_replicas() -> None:
     assert result.placed == []
     assert result.reason == scheduler.INSUFFICIENT_CAPACITY
     assert "placed 0 of 1 replicas" in result.message
-    assert "cluster a: engine llm: pool gpu-l4: not enough free nodes (need 1, free 0)" in (
-        result.message
-    )
+    # Issue 15: capacity is counted in devices; every L4 is taken (by whole-node replicas).
+    assert (
+        "cluster a: engine llm: pool gpu-l4: not enough free gpu (need 1 on one node, 0 of 4 "
+        "free in the pool)"
+    ) in result.message
 
 
 def test_shortfall_says_why_per_cluster_and_pool() -> None:
@@ -131,7 +134,10 @@ def test_shortfall_says_why_per_cluster_and_pool() -> None:
     assert result.reason == scheduler.INSUFFICIENT_CAPACITY
     msg = result.message
     assert msg.startswith("placed 1 of 3 replicas; ")
-    assert "cluster a: engine big: pool h: not enough free nodes (need 1, free 0)" in msg
+    assert (
+        "cluster a: engine big: pool h: not enough free gpu (need 8 on one node, 0 of 8 free in "
+        "the pool)"
+    ) in msg
     assert (
         "pool gpu-l40s: member Standalone request gpu: selector `mem>=70` false on device gpu"
         in msg
@@ -190,6 +196,8 @@ def test_synthetic_devices_are_dropped_from_device_requests() -> None:
     (placement,) = result.placed
     assert placement.engines[0].members[0].device_requests == ()
     assert placement.pool_nodes == {"cpu": 1}
+    # the Synthetic device is still counted: one of the node's one cpu device per pod
+    assert placement.demand == {"cpu": (capacity.Pods(1, (("device:gpu", 1),)),)}
 
     result = run(engines, [cluster("a", [L4])], 1, classes=classes)
     assert result.placed[0].engines[0].members[0].device_requests == (
@@ -297,3 +305,148 @@ def test_placed_replica_cost(annotations: dict, expect: dict) -> None:
     assert dict(replica.pool_nodes) == expect
     assert replica.engine_pools == (("g", "p"), ("h", "q"), ("cpu", "q"))
     assert (replica.deployment, replica.cluster) == ("r", "a")
+
+
+# --- issue 15: devices, not nodes -------------------------------------------------------------
+
+
+def test_one_gpu_replicas_share_an_eight_gpu_node_up_to_its_devices() -> None:
+    result = run([engine()], [cluster("a", [("h", "h100", 1)])], 9)
+    assert where(result) == [("a", ("h",))] * 8
+    assert result.reason == scheduler.INSUFFICIENT_CAPACITY
+    assert result.message == (
+        "placed 8 of 9 replicas; cluster a: engine llm: pool h: not enough free gpu (need 1 on "
+        "one node, 0 of 8 free in the pool)"
+    )
+    assert {p.demand["h"] for p in result.placed} == {(capacity.Pods(1, (("device:gpu", 1),)),)}
+
+
+def test_pods_pack_per_node_not_per_pool() -> None:
+    # Two nodes of 8: three 3-GPU pods never share a node, so four fit, not five (16 >= 15).
+    big = engine("e", member(count=3))
+    result = run([big], [cluster("a", [("h", "h100", 2)])], 5)
+    assert len(result.placed) == 4
+    assert "pool h: not enough free gpu (need 3 on one node, 4 of 16 free in the pool)" in (
+        result.message
+    )
+
+
+def test_gangs_stay_whole_node() -> None:
+    gang = engine("g", member("Leader"), member("Worker", nodes=1))
+    result = run([gang], [cluster("a", [("h", "h100", 3)])], 2)
+    assert where(result) == [("a", ("h",))]
+    assert result.placed[0].demand["h"] == (
+        capacity.Pods(1, (("device:gpu", 1),), whole=True),
+        capacity.Pods(1, (("device:gpu", 1),), whole=True),
+    )
+    assert "pool h: not enough free nodes (need 2, free 1)" in result.message
+
+
+def test_a_shared_node_is_not_free_for_a_gang() -> None:
+    fleet = [
+        scheduler.PlacedReplica(
+            namespace="research",
+            name="small-0",
+            deployment="small",
+            revision="r",
+            cluster="a",
+            pool_nodes={"h": 1},
+            engine_pools=(("llm", "h"),),
+            demand={"h": (capacity.Pods(1, (("device:gpu", 1),)),)},
+        )
+    ]
+    gang = engine("g", member("Leader"), member("Worker", nodes=1))
+    result = run([gang], [cluster("a", [("h", "h100", 2)])], 1, fleet=fleet)
+    assert result.placed == []
+    assert "not enough free nodes (need 2, free 1)" in result.message
+    # ... while a 1-GPU replica joins the used node rather than opening the empty one
+    result = run([engine()], [cluster("a", [("h", "h100", 2)])], 1, fleet=fleet)
+    assert len(result.placed) == 1
+
+
+def test_cpu_and_memory_count_where_the_class_declares_them() -> None:
+    cls = klass("h100")
+    cls["spec"]["nodeResources"] = {"cpu": "16", "memory": "64Gi"}
+    hungry = member()
+    hungry["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "6", "memory": "8Gi"}
+    }
+    result = run([engine("e", hungry)], [cluster("a", [("h", "h100", 1)])], 3, classes=[cls])
+    assert len(result.placed) == 2  # 2 x 6 CPUs of 16; GPUs are left
+    assert result.placed[0].demand["h"] == (
+        capacity.Pods(1, (("cpu", 6000), ("device:gpu", 1), ("memory", 8 * 2**30))),
+    )
+    assert "pool h: not enough free cpu (need 6000 on one node, 4000 of 16000 free" in (
+        result.message
+    )
+    # a class that does not declare them: GPUs are the only limit
+    result = run([engine("e", hungry)], [cluster("a", [("h", "h100", 1)])], 3)
+    assert len(result.placed) == 3
+
+
+def test_the_pool_that_wastes_least_still_wins_and_small_nodes_break_ties() -> None:
+    # An empty H100 node would idle 7 GPUs; an L4 idles none.
+    result = run([engine()], [cluster("a", [H100, L4])], 1)
+    assert where(result) == [("a", ("gpu-l4",))]
+    # joining a used H100 node idles nothing either: the L4 (smaller node) still wins the tie
+    fleet = [
+        scheduler.PlacedReplica(
+            namespace="o",
+            name="x-0",
+            deployment="x",
+            revision="r",
+            cluster="a",
+            pool_nodes={"gpu-h100": 1},
+            engine_pools=(("llm", "gpu-h100"),),
+            demand={"gpu-h100": (capacity.Pods(1, (("device:gpu", 1),)),)},
+        )
+    ]
+    result = run([engine()], [cluster("a", [H100, L4])], 2, fleet=fleet)
+    assert where(result) == [("a", ("gpu-l4",)), ("a", ("gpu-l4",))]
+
+
+def test_bound_replicas_count_by_their_slots_refused_ones_not_at_all() -> None:
+    def replica(name: str, **kw) -> scheduler.PlacedReplica:
+        return scheduler.PlacedReplica(
+            namespace="o",
+            name=name,
+            deployment="o",
+            revision="r",
+            cluster="a",
+            pool_nodes={"h": 1},
+            engine_pools=(("llm", "h"),),
+            demand={"h": (capacity.Pods(1, (("device:gpu", 8),)),)},
+            **kw,
+        )
+
+    bound = replica("b", slots={"h": (capacity.Slot(0, (("device:gpu", 8),)),)}, state="Bound")
+    refused = replica("r", state="Refused", message="full")
+    result = run(
+        [engine("e", member(count=8))],
+        [cluster("a", [("h", "h100", 2)])],
+        2,
+        fleet=[bound, refused],
+    )
+    assert len(result.placed) == 1  # node 0 is bound; the refused one holds nothing
+
+
+def test_a_refused_replica_is_replaced_away_from_the_pool_that_refused_it() -> None:
+    refused = scheduler.PlacedReplica(
+        namespace="ns",
+        name="m-0",
+        deployment="m",
+        revision="r1",
+        cluster="a",
+        pool_nodes={"gpu-l4": 1},
+        engine_pools=(("llm", "gpu-l4"),),
+        demand={"gpu-l4": (capacity.Pods(1, (("device:gpu", 1),)),)},
+        state="Refused",
+        message="pool gpu-l4: not enough free gpu",
+    )
+    clusters = [cluster("a", [("gpu-l4", "l4", 1)]), cluster("b", [("gpu-l4", "l4", 1)])]
+    result = run([engine()], clusters, 1, own=[refused], fleet=[refused])
+    assert [r.name for r in result.released] == ["m-0"]
+    assert where(result) == [("b", ("gpu-l4",))]  # a's one L4 looked free, the binder said no
+    assert "m-0 released (the binder refused it: pool gpu-l4: not enough free gpu)" in (
+        result.message
+    )

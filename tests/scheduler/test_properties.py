@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from functions.model_deployment import scheduler
+from plnt import capacity as pcapacity
 from tests.scheduler.fleet import CLASSES, GPUS, StubCel, cluster, engine, member, placed
 
 CLASS_NAMES = [*sorted(GPUS), "missing"]
@@ -71,22 +72,40 @@ def test_never_overcommits(engs: list, spec: list, other_spec: list, replicas: i
     existing = other_replicas(fleet, other_spec)
     result = schedule(engs, fleet, existing, replicas)
 
-    capacity = {
-        (c["metadata"]["name"], p["name"]): p["nodeCapacity"]
+    # Issue 15: an independent count per pool where the scheduler added replicas: devices
+    # taken (a whole-node pod takes all of its node's) never exceed nodes x devices per node,
+    # whole-node pods never exceed nodes, and the pods still pack onto the nodes.
+    nodes = {
+        (c["metadata"]["name"], p["name"]): (p["nodeCapacity"], p["className"])
         for c in fleet
         for p in c["status"]["pools"]
     }
-    used_before = dict.fromkeys(capacity, 0)
-    for r in existing:
-        for pool, nodes in r.pool_nodes.items():
-            used_before[(r.cluster, pool)] += nodes
-    used = dict(used_before)
-    for p in result.placed:
-        for pool, nodes in p.pool_nodes.items():
-            used[(p.cluster, pool)] += nodes
-    for key, total in used.items():
-        if total != used_before[key]:  # the scheduler added replicas here
-            assert total <= capacity[key], (key, total, capacity[key])
+    per_node = {k["metadata"]["name"]: k["spec"]["devices"][0]["count"] for k in CLASSES}
+    added = {(p.cluster, pool) for p in result.placed for pool in p.demand}
+    for key in added:
+        count, cls = nodes[key]
+        gpus = per_node[cls]
+        demands = [
+            pods for r in existing if r.cluster == key[0] for pods in r.needs.get(key[1], ())
+        ]
+        demands += [
+            pods for p in result.placed if p.cluster == key[0] for pods in p.demand.get(key[1], ())
+        ]
+        whole = sum(d.count for d in demands if d.whole)
+        taken = sum(
+            d.count * (gpus if d.whole else dict(d.demand).get("device:gpu", 0)) for d in demands
+        )
+        assert whole <= count, (key, whole, count)
+        assert taken <= count * gpus, (key, taken, count * gpus)
+        pool = pcapacity.Pool(
+            count, scheduler.class_shape(next(k for k in CLASSES if k["metadata"]["name"] == cls))
+        )
+        for r in existing:
+            if r.cluster == key[0] and key[1] in r.needs:
+                pool.pack(r.needs[key[1]])
+        for p in result.placed:
+            if p.cluster == key[0] and key[1] in p.demand:
+                assert pool.pack(p.demand[key[1]]) is not None, (key, p.demand)
     ready = {
         c["metadata"]["name"] for c in fleet if c["status"]["conditions"][0]["status"] == "True"
     }

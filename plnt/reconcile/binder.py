@@ -1,0 +1,213 @@
+"""The binder: commits proposed ModelReplicas to per-cluster ledgers, as kube-scheduler binds pods.
+
+One pass: list InferenceClusters and InferenceClasses; list every ledger ConfigMap
+(`<namespace>/plnt-ledger-<cluster>`, one call); then list every ModelReplica (after the
+ledgers, which is what lets `ledger.decide` release entries of deleted replicas); per cluster,
+decide, write the
+ledger with the resourceVersion it was read at (create when there was none), and only after
+that write succeeded, annotate the replicas (binding, refusal, over-commit). A conflict (another
+binder, or a concurrent pass) re-reads that cluster's ledger and the replicas and decides again.
+
+Writes are merge patches of annotations (field manager plnt-binder) and ConfigMap
+create/replace; the ModelReplica's spec is never touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from plnt import binding, names
+from plnt.reconcile import ledger as ledgers
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION = "modelplane.ai", "v1alpha1"
+FIELD_MANAGER = "plnt-binder"
+LEDGER_LABEL = "plnt.work/ledger"
+MAX_ATTEMPTS = 8  # per cluster and pass; a conflict means someone else made progress
+
+
+def ledger_name(cluster: str) -> str:
+    return names.dns_subdomain("plnt-ledger", cluster)
+
+
+@dataclasses.dataclass
+class ClusterOutcome:
+    cluster: str
+    bound: int = 0
+    refused: dict[str, str] = dataclasses.field(default_factory=dict)
+    over: dict[str, str] = dataclasses.field(default_factory=dict)
+    conflicts: int = 0
+    error: str = ""
+
+    def line(self) -> str:
+        text = f"cluster {self.cluster}: {self.bound} bound, {len(self.refused)} refused"
+        text += f", {len(self.over)} over-committed, {self.conflicts} conflicts"
+        for key, why in sorted(self.refused.items()):
+            text += f"; refused {key}: {why}"
+        for key, why in sorted(self.over.items()):
+            text += f"; over-committed {key}: {why}"
+        return text + (f" [error: {self.error}]" if self.error else "")
+
+
+class Binder:
+    def __init__(self, api: client.ApiClient, namespace: str = "plnt-system") -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _list(self, plural: str) -> list[dict[str, Any]]:
+        return self.custom.list_cluster_custom_object(GROUP, VERSION, plural).get("items", [])
+
+    def read_ledgers(self, clusters: set[str]) -> dict[str, tuple[ledgers.Ledger, str | None]]:
+        """Every ledger in one list call (a pass costs the same on 1 or 1,000 clusters); a
+        cluster without one gets an empty ledger and None."""
+        listed = self.core.list_namespaced_config_map(
+            self.namespace, label_selector=f"{LEDGER_LABEL}=true"
+        )
+        out: dict[str, tuple[ledgers.Ledger, str | None]] = {
+            c: (ledgers.Ledger(cluster=c), None) for c in clusters
+        }
+        for cm in listed.items:
+            raw = (cm.data or {}).get(ledgers.DATA_KEY) or "{}"
+            try:
+                parsed = ledgers.Ledger.model_validate_json(raw)
+            except ValueError:
+                log.warning("ConfigMap %s is not a ledger; ignored", cm.metadata.name)
+                continue
+            if parsed.cluster in clusters and cm.metadata.name == ledger_name(parsed.cluster):
+                out[parsed.cluster] = (parsed, cm.metadata.resource_version)
+        return out
+
+    def read_ledger(self, cluster: str) -> tuple[ledgers.Ledger, str | None]:
+        """The ledger and its resourceVersion; an empty one and None when there is none yet."""
+        try:
+            cm = self.core.read_namespaced_config_map(ledger_name(cluster), self.namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return ledgers.Ledger(cluster=cluster), None
+            raise
+        raw = (cm.data or {}).get(ledgers.DATA_KEY) or "{}"
+        parsed = ledgers.Ledger.model_validate_json(raw)
+        if parsed.cluster != cluster:
+            raise ValueError(f"ConfigMap {cm.metadata.name} is the ledger of {parsed.cluster!r}")
+        return parsed, cm.metadata.resource_version
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def write_ledger(self, state: ledgers.Ledger, resource_version: str | None) -> bool:
+        """Compare-and-swap: False if the ledger moved on since `resource_version`."""
+        body = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(
+                name=ledger_name(state.cluster),
+                namespace=self.namespace,
+                labels={LEDGER_LABEL: "true"},
+                resource_version=resource_version,
+            ),
+            data={ledgers.DATA_KEY: state.model_dump_json()},
+        )
+        try:
+            if resource_version is None:
+                self.core.create_namespaced_config_map(
+                    self.namespace, body, field_manager=FIELD_MANAGER
+                )
+            else:
+                self.core.replace_namespaced_config_map(
+                    body.metadata.name, self.namespace, body, field_manager=FIELD_MANAGER
+                )
+        except ApiException as err:
+            if err.status == 409:  # Conflict (stale resourceVersion) or AlreadyExists
+                return False
+            raise
+        return True
+
+    def annotate(self, key: str, uid: str, writes: Mapping[str, str | None]) -> None:
+        namespace, name = key.split("/", 1)
+        # The uid precondition: never annotate a re-created replica of the same name.
+        patch = {"metadata": {"uid": uid, "annotations": dict(writes)}}
+        try:
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "modelreplicas", name, patch,
+                field_manager=FIELD_MANAGER,
+            )  # fmt: skip
+        except ApiException as err:
+            if err.status not in (404, 409, 422):  # gone or re-created (uid): next pass sees it
+                raise
+
+    # --- a pass ---------------------------------------------------------------------------
+
+    def bind_once(self) -> list[ClusterOutcome]:
+        clusters = {c["metadata"]["name"]: c for c in self._list("inferenceclusters")}
+        classes = {c["metadata"]["name"]: c for c in self._list("inferenceclasses")}
+        read = self.read_ledgers(set(clusters))  # the ledgers first, then the replicas
+        replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+        outcomes = []
+        for name in sorted(clusters):
+            outcome = ClusterOutcome(name)
+            try:
+                self._bind_cluster(clusters[name], classes, read[name], replicas, outcome)
+            except Exception as err:  # one cluster's failure must not stop the others
+                outcome.error = f"{type(err).__name__}: {err}"
+                log.warning("%s", outcome.line())
+            outcomes.append(outcome)
+        self._refuse_unknown_clusters(replicas, set(clusters))
+        return outcomes
+
+    def _bind_cluster(
+        self,
+        cluster: Mapping[str, Any],
+        classes: Mapping[str, Mapping[str, Any]],
+        read: tuple[ledgers.Ledger, str | None],
+        replicas: list[ledgers.Replica],
+        outcome: ClusterOutcome,
+    ) -> None:
+        name = cluster["metadata"]["name"]
+        state, version = read
+        for _ in range(MAX_ATTEMPTS):
+            pools = ledgers.pools_of(cluster, classes)
+            mine = [r for r in replicas if r.cluster == name]
+            decision = ledgers.decide(state, mine, pools, alive={r.uid for r in replicas})
+            if decision.changed and not self.write_ledger(decision.ledger, version):
+                outcome.conflicts += 1
+                state, version = self.read_ledger(name)  # first the ledger, then the list
+                replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+                continue
+            uids = {r.key: r.uid for r in mine}
+            for key, writes in sorted(decision.annotate.items()):
+                self.annotate(key, uids[key], writes)
+            outcome.bound, outcome.refused, outcome.over = (
+                len(decision.bound),
+                decision.refused,
+                decision.over,
+            )
+            return
+        outcome.error = f"the ledger kept changing ({MAX_ATTEMPTS} conflicts)"
+
+    def _refuse_unknown_clusters(self, replicas: list[ledgers.Replica], known: set[str]) -> None:
+        for r in replicas:
+            if r.cluster in known or r.state.state == binding.BOUND:
+                continue
+            value = binding.refusal_json(
+                r.state.digest, f"cluster {r.cluster} is not an InferenceCluster"
+            )
+            if r.refused_annotation != value:
+                self.annotate(r.key, r.uid, {binding.REFUSED: value})
+
+
+def summary(outcomes: list[ClusterOutcome]) -> str:
+    return json.dumps(
+        {
+            o.cluster: {"bound": o.bound, "refused": len(o.refused), "over": len(o.over)}
+            for o in outcomes
+        },
+        sort_keys=True,
+    )

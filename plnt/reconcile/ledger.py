@@ -1,0 +1,266 @@
+"""The binder's decision for one InferenceCluster, pure: which proposed ModelReplicas to commit
+to the cluster's ledger, which to refuse, which committed ones no longer fit.
+
+The ledger (a ConfigMap per cluster, written only with its resourceVersion as a precondition)
+is the one place capacity is committed: an entry per replica holds its uid, the digest of what
+was committed and a slot (virtual node) per pod. A replica is bound once its entry is in the
+ledger *and* the binder has copied the entry onto it (`plnt.binding.BINDING`); the ModelReplica
+function renders workloads for bound replicas only. Since the annotation is written only after
+the ledger write succeeded, and the ledger write succeeds only against the version it was
+computed from, the bound replicas of a cluster are always a subset of one ledger version whose
+slots fit the pools: no interleaving of reconciles, binders or restarts over-commits.
+
+`decide` is called with a ledger read *before* the replica list it is given, so an entry whose
+replica is not in the list was bound to a replica that existed before the list and is gone
+(uids are never reused): its capacity is released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from plnt import binding, capacity
+
+DATA_KEY = "ledger.json"
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uid: str
+    digest: str
+    slots: dict[str, list[list[Any]]]
+
+    def parsed_slots(self) -> dict[str, tuple[capacity.Slot, ...]]:
+        return capacity.slots_from_json(self.slots)
+
+
+class Ledger(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cluster: str
+    entries: dict[str, Entry] = Field(default_factory=dict)  # by "<namespace>/<name>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Replica:
+    """A ModelReplica as the binder sees it."""
+
+    namespace: str
+    name: str
+    uid: str
+    created: str  # creationTimestamp: older proposals bind first
+    cluster: str
+    state: binding.State
+    binding_annotation: str  # as it is on the object, to skip rewriting it
+    refused_annotation: str
+    over_annotation: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @staticmethod
+    def of(obj: Mapping[str, Any]) -> Replica:
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        return Replica(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            created=meta.get("creationTimestamp", ""),
+            cluster=(obj.get("spec") or {}).get("clusterName", ""),
+            state=binding.state_of(obj),
+            binding_annotation=annotations.get(binding.BINDING, ""),
+            refused_annotation=annotations.get(binding.REFUSED, ""),
+            over_annotation=annotations.get(binding.OVER_COMMITTED, ""),
+        )
+
+
+@dataclasses.dataclass
+class Decision:
+    ledger: Ledger
+    changed: bool  # the ledger must be written (with the read resourceVersion)
+    # annotations to set on replicas once the ledger write succeeded: key -> {name: value|None}
+    annotate: dict[str, dict[str, str | None]]
+    bound: list[str]
+    refused: dict[str, str]
+    over: dict[str, str]
+
+
+def decide(
+    ledger: Ledger,
+    replicas: Sequence[Replica],
+    pools: Mapping[str, capacity.Pool],
+    *,
+    alive: set[str],
+) -> Decision:
+    """The next ledger for this cluster and what to write on its replicas.
+
+    `replicas`: those whose spec.clusterName is this cluster; `alive`: the uids of every
+    ModelReplica in the list (read after the ledger); `pools`: this cluster's pools, empty.
+    """
+    entries = dict(ledger.entries)
+    changed = False
+    by_key = {r.key: r for r in replicas}
+
+    # Entries whose replica is gone, was re-created, or changed what it asks for hold nothing.
+    for key, entry in list(entries.items()):
+        r = by_key.get(key)
+        stale = entry.uid not in alive or (
+            r is not None and (r.uid != entry.uid or r.state.digest != entry.digest)
+        )
+        if stale or (r is None and entry.uid in alive):  # moved to another cluster
+            del entries[key]
+            changed = True
+
+    # A replica bound with no entry (the ledger was lost, or a restart fell between steps) is
+    # adopted as it is bound: it may already run.
+    for r in sorted(replicas, key=lambda r: r.key):
+        if r.key not in entries and r.state.state == binding.BOUND and r.state.slots is not None:
+            entries[r.key] = Entry(
+                uid=r.uid, digest=r.state.digest, slots=capacity.slots_json(r.state.slots)
+            )
+            changed = True
+
+    accounts = {name: pool.copy() for name, pool in pools.items()}
+    over: dict[str, str] = {}
+    full: set[str] = set()  # pools with an over-committed entry: nothing new binds there
+    for key in sorted(entries):
+        for pool, slots in entries[key].parsed_slots().items():
+            account = accounts.get(pool)
+            if account is None:
+                over[key] = f"pool {pool} is gone from the cluster"
+                continue
+            left = account.take(slots)
+            if left:
+                full.add(pool)
+                over[key] = (
+                    f"pool {pool}: {len(left)} of its {len(slots)} pods no longer fit "
+                    f"({account.nodes} nodes of {_offers(account)} now)"
+                )
+    # Where the pods of an over-committed replica really run is unknown (the virtual node that
+    # went may not be the real one), so its pool takes nothing new until it fits again.
+    for pool in full:
+        accounts[pool] = _Closed(accounts[pool])
+
+    refused: dict[str, str] = {}
+    bound: list[str] = []
+    for r in sorted(replicas, key=lambda r: (r.created, r.key)):
+        if r.key in entries:
+            continue
+        # A refused replica is tried again: until its ModelDeployment releases it, it waits.
+        why, slots = _pack(accounts, r.state.demand)
+        if slots is None:
+            refused[r.key] = why
+            continue
+        entries[r.key] = Entry(uid=r.uid, digest=r.state.digest, slots=capacity.slots_json(slots))
+        changed = True
+
+    annotate: dict[str, dict[str, str | None]] = {}
+    for r in replicas:
+        writes: dict[str, str | None] = {}
+        entry = entries.get(r.key)
+        if entry is not None:
+            bound.append(r.key)
+            value = binding.binding_json(entry.digest, ledger.cluster, entry.parsed_slots())
+            if r.binding_annotation != value:
+                writes[binding.BINDING] = value
+            if r.refused_annotation:
+                writes[binding.REFUSED] = None
+            message = over.get(r.key, "")
+            if r.over_annotation != message:
+                writes[binding.OVER_COMMITTED] = message or None
+        elif r.key in refused:
+            value = binding.refusal_json(r.state.digest, refused[r.key])
+            if r.refused_annotation != value:
+                writes[binding.REFUSED] = value
+        if writes:
+            annotate[r.key] = writes
+    return Decision(
+        Ledger(cluster=ledger.cluster, entries=entries), changed, annotate, bound, refused, over
+    )
+
+
+def pools_of(
+    cluster: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]
+) -> dict[str, capacity.Pool]:
+    """The cluster's pools, empty, as the scheduler counts them (same reading of the status)."""
+    from functions.model_deployment import scheduler  # pure; shared so both count alike
+
+    parsed = scheduler.cluster_of(cluster)
+    return {
+        p.name: capacity.Pool(p.capacity, scheduler.class_shape(classes.get(p.class_name)))
+        for p in parsed.pools
+    }
+
+
+def preview(
+    replicas: list[dict[str, Any]], required: list[dict[str, Any]]
+) -> dict[str, dict[str, str | None]]:
+    """What a binder would write on `replicas` (new ones, as `plnt render` shows them), given
+    the scenario's InferenceClusters, InferenceClasses and other ModelReplicas (counted as
+    holding what they ask, first). Keyed like `Decision.annotate`."""
+    clusters = {o["metadata"]["name"]: o for o in required if o.get("kind") == "InferenceCluster"}
+    classes = {o["metadata"]["name"]: o for o in required if o.get("kind") == "InferenceClass"}
+    others = [Replica.of(o) for o in required if o.get("kind") == "ModelReplica"]
+    mine = [Replica.of(o) for o in replicas]
+    out: dict[str, dict[str, str | None]] = {}
+    for name in sorted({r.cluster for r in mine} & set(clusters)):
+        pools = pools_of(clusters[name], classes)
+        for r in sorted(others, key=lambda r: (r.state.slots is None, r.key)):
+            if r.cluster != name:
+                continue
+            for pool, pods in r.state.demand.items():
+                if pool in pools:
+                    if r.state.slots is not None:
+                        pools[pool].take(r.state.slots.get(pool, ()))
+                    else:
+                        pools[pool].pack_what_fits(pods)
+        here = [r for r in mine if r.cluster == name]
+        decision = decide(Ledger(cluster=name), here, pools, alive={r.uid for r in here})
+        out.update(decision.annotate)
+    return out
+
+
+def _pack(
+    accounts: Mapping[str, capacity.Pool], demand: Mapping[str, tuple[capacity.Pods, ...]]
+) -> tuple[str, dict[str, tuple[capacity.Slot, ...]] | None]:
+    """Packs every pool of the demand or none; (why not, None) when one does not fit."""
+    done: list[tuple[capacity.Pool, list[capacity.Slot]]] = []
+    out: dict[str, tuple[capacity.Slot, ...]] = {}
+    for pool in sorted(demand):
+        account = accounts.get(pool)
+        why = "" if account is not None else f"pool {pool} is not on the cluster"
+        slots = account.pack(demand[pool]) if account is not None else None
+        if slots is None:
+            for a, s in done:
+                a.release(s)
+            if account is not None:
+                why = f"pool {pool}: {account.shortfall(demand[pool])}"
+            return why, None
+        done.append((account, slots))
+        out[pool] = tuple(slots)
+    return "", out
+
+
+class _Closed(capacity.Pool):
+    """A pool that refuses every new pack, saying why."""
+
+    def __init__(self, pool: capacity.Pool):
+        self.__dict__.update(pool.copy().__dict__)
+
+    def pack(self, pods):  # type: ignore[override]
+        return None
+
+    def shortfall(self, pods) -> str:  # type: ignore[override]
+        return "over-committed (it shrank after replicas were bound): nothing new binds"
+
+
+def _offers(pool: capacity.Pool) -> str:
+    parts = [f"{v} {capacity.describe(k)}" for k, v in pool.shape.offers]
+    return ", ".join(parts) or "nothing"

@@ -1,0 +1,136 @@
+"""The binder's decision (plnt.reconcile.ledger.decide), one rule per test."""
+
+from __future__ import annotations
+
+import copy
+
+from plnt import binding, capacity
+from plnt.reconcile import ledger
+
+ONE_GPU = {"h": (capacity.Pods(1, (("device:gpu", 1),)),)}
+GPUS_8 = capacity.Shape((("device:gpu", 8),))
+
+
+def replica(name: str, demand=ONE_GPU, uid: str | None = None, created: str = "t0") -> dict:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid or f"uid-{name}",
+            "creationTimestamp": created,
+            "annotations": {binding.DEMAND: capacity.demand_json(demand)},
+        },
+        "spec": {
+            "clusterName": "a",
+            "engines": [{"name": "e", "members": [{"nodePoolName": "h", "deviceRequests": [{}]}]}],
+        },
+    }
+
+
+def views(*objs: dict) -> list[ledger.Replica]:
+    return [ledger.Replica.of(o) for o in objs]
+
+
+def apply(obj: dict, writes: dict) -> dict:
+    out = copy.deepcopy(obj)
+    for k, v in writes.items():
+        if v is None:
+            out["metadata"]["annotations"].pop(k, None)
+        else:
+            out["metadata"]["annotations"][k] = v
+    return out
+
+
+def decide(state: ledger.Ledger, objs: list[dict], nodes: int = 1) -> ledger.Decision:
+    rs = views(*objs)
+    return ledger.decide(state, rs, {"h": capacity.Pool(nodes, GPUS_8)}, alive={r.uid for r in rs})
+
+
+def test_binds_what_fits_oldest_first_and_refuses_the_rest_in_devices() -> None:
+    eights = {"h": (capacity.Pods(1, (("device:gpu", 5),)),)}
+    objs = [replica("late", eights, created="t2"), replica("early", eights, created="t1")]
+    d = decide(ledger.Ledger(cluster="a"), objs)
+    assert d.changed
+    assert sorted(d.ledger.entries) == ["ns/early"]
+    assert d.refused == {
+        "ns/late": "pool h: not enough free gpu (need 5 on one node, 3 of 8 free in the pool)"
+    }
+    bound = apply(objs[1], d.annotate["ns/early"])
+    assert binding.state_of(bound).state == binding.BOUND
+    refused = apply(objs[0], d.annotate["ns/late"])
+    assert binding.state_of(refused).state == binding.REFUSED_STATE
+
+
+def test_eight_one_gpu_replicas_share_one_node() -> None:
+    objs = [replica(f"r{i}") for i in range(9)]
+    d = decide(ledger.Ledger(cluster="a"), objs)
+    assert len(d.ledger.entries) == 8
+    assert list(d.refused) == ["ns/r8"]
+
+
+def test_a_second_pass_changes_nothing_once_annotations_are_written() -> None:
+    objs = [replica("a0"), replica("a1")]
+    first = decide(ledger.Ledger(cluster="a"), objs)
+    objs = [apply(o, first.annotate.get(f"ns/{o['metadata']['name']}", {})) for o in objs]
+    again = decide(first.ledger, objs)
+    assert not again.changed
+    assert again.annotate == {}
+
+
+def test_a_lost_annotation_write_is_redone_from_the_ledger() -> None:
+    objs = [replica("a0")]
+    first = decide(ledger.Ledger(cluster="a"), objs)  # ledger written, then the binder died
+    again = decide(first.ledger, objs)
+    assert not again.changed
+    assert binding.BINDING in again.annotate["ns/a0"]
+
+
+def test_entries_of_deleted_or_recreated_replicas_are_released() -> None:
+    objs = [replica("a0"), replica("a1")]
+    first = decide(ledger.Ledger(cluster="a"), objs)
+    recreated = replica("a1", uid="uid-new")
+    d = decide(first.ledger, [recreated])  # a0 deleted, a1 re-created under a new uid
+    assert d.ledger.entries["ns/a1"].uid == "uid-new"
+    assert "ns/a0" not in d.ledger.entries
+
+
+def test_a_changed_demand_is_committed_again_not_kept() -> None:
+    objs = [replica("a0")]
+    first = decide(ledger.Ledger(cluster="a"), objs)
+    bound = apply(objs[0], first.annotate["ns/a0"])
+    bigger = copy.deepcopy(bound)
+    bigger["metadata"]["annotations"][binding.DEMAND] = capacity.demand_json(
+        {"h": (capacity.Pods(1, (("device:gpu", 4),)),)}
+    )
+    assert binding.state_of(bigger).state == binding.PENDING  # the old binding does not count
+    d = decide(first.ledger, [bigger])
+    assert d.ledger.entries["ns/a0"].digest == binding.state_of(bigger).digest
+
+
+def test_a_bound_replica_missing_from_the_ledger_is_adopted() -> None:
+    objs = [replica("a0")]
+    first = decide(ledger.Ledger(cluster="a"), objs)
+    bound = apply(objs[0], first.annotate["ns/a0"])
+    d = decide(ledger.Ledger(cluster="a"), [bound, replica("b0", created="t0")])
+    assert d.ledger.entries["ns/a0"] == first.ledger.entries["ns/a0"]
+    assert "ns/b0" in d.ledger.entries
+
+
+def test_a_shrunk_pool_reports_the_replicas_that_no_longer_fit() -> None:
+    whole = {"h": (capacity.Pods(1, (), True),)}
+    objs = [replica("a0", whole, created="t0"), replica("a1", whole, created="t1")]
+    first = decide(ledger.Ledger(cluster="a"), objs, nodes=2)
+    objs = [apply(o, first.annotate[f"ns/{o['metadata']['name']}"]) for o in objs]
+    d = decide(first.ledger, objs, nodes=1)
+    assert d.over == {"ns/a1": "pool h: 1 of its 1 pods no longer fit (1 nodes of 8 gpu now)"}
+    shrunk = apply(objs[1], d.annotate["ns/a1"])
+    assert binding.state_of(shrunk).over_committed == d.over["ns/a1"]
+    # nothing new binds on a pool that is over-committed, wherever its free slots seem to be
+    late = replica("late", created="t9")
+    d2 = decide(d.ledger, [objs[0], shrunk, late], nodes=1)
+    assert d2.refused == {
+        "ns/late": "pool h: over-committed (it shrank after replicas were bound): nothing new binds"
+    }
+    # back to two nodes: the report goes
+    d = decide(d.ledger, [objs[0], shrunk], nodes=2)
+    assert d.annotate == {"ns/a1": {binding.OVER_COMMITTED: None}}
