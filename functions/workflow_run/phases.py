@@ -25,12 +25,15 @@ readiness and Routed condition). The rules, first match wins:
 |                | route to them yet (no URL, not Ready, or Routed not True)                  |
 | Ready          | replicas ready and the ModelService routes to them with a URL              |
 
-Promoting is written at least once between a smoke test and Ready: when the observed state
-already says Ready but the phase last written (the WorkflowRun's own observed status) is
-SmokeTesting, the gate's pass and the traffic shift landed between two reconciles, and the
-phase is Promoting for that reconcile (the function asks to be called again in a second).
-`kubectl get workflowrun -w` so always shows the seed's sequence; a restart changes nothing,
-since the last phase is read back from the object.
+SmokeTesting and Promoting are each written at least once in a rollout that passed the gate,
+even when the measurement, the verdict and the traffic shift land between two reconciles of
+the WorkflowRun (a fast engine is measured in well under a second). The phase last written
+(the WorkflowRun's own observed status) decides: coming from PullingWeights or Deploying to a
+phase past the smoke test while the gate holds this run's Pass verdict, the phase is
+SmokeTesting for one reconcile (its message gives the verdict); coming from SmokeTesting to
+Ready, it is Promoting for one reconcile. The function asks to be called again in a second
+each time. `kubectl get workflowrun -w` so always shows the seed's sequence; a restart changes
+nothing, since the last phase is read back from the object.
 
 ``endpoint`` is the ModelService URL once a stable revision serves behind it, so it stays
 set through a later update's canary, re-test, promotion or rollback, and is never set while a
@@ -125,6 +128,16 @@ def derive(
     """The phase for a valid spec (Failed on invalid input is decided by the caller), given the
     phase last written (``previous``)."""
     phase = _derive(deployment, service, run)
+    gate = (_status(deployment).get("canary") or {}).get("gate") or {}
+    passed = gate.get("verdict") == "Pass" and (
+        run is None or (_status(deployment).get("canary") or {}).get("run") == run
+    )
+    if phase.name in (PROMOTING, READY) and previous in (PULLING_WEIGHTS, DEPLOYING) and passed:
+        return Phase(
+            SMOKE_TESTING,
+            f"the latency gate measured revision {gate.get('revision')}: Pass; promoting it",
+            phase.endpoint,
+        )
     if phase.name == READY and previous == SMOKE_TESTING:
         stable = (_status(deployment).get("revisions") or {}).get("stable")
         return Phase(

@@ -111,3 +111,27 @@ def ensure(plane: ControlPlane) -> dict[str, Any]:
         plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(control_plane_gateway()))
         apply_existing_cluster(plane)
     return live.wait_ready(plane.mgmt, API, "InferenceCluster", CLUSTER, seconds=240)
+
+
+def rendered_gpus(plane: ControlPlane, namespace: str) -> dict[str, int]:
+    """GPUs of every ModelReplica whose engine workload has been composed, by replica name:
+    read from the replica's spec and the Objects on the management cluster, not the ledger."""
+    objects = plane.mgmt.list("kubernetes.m.crossplane.io/v1alpha1", "Object", namespace=namespace)
+    workloads = {
+        (o["metadata"].get("labels") or {}).get("crossplane.io/composite")
+        for o in objects
+        if ((o.get("spec") or {}).get("forProvider") or {}).get("manifest", {}).get("kind")
+        == "Deployment"
+    }
+    out: dict[str, int] = {}
+    for replica in plane.mgmt.list(API, "ModelReplica", namespace=namespace):
+        name = replica["metadata"]["name"]
+        if name not in workloads:
+            continue
+        out[name] = sum(
+            request.get("count", 1) * engine.get("copies", 1)
+            for engine in replica["spec"]["engines"]
+            for member in engine["members"]
+            for request in member.get("deviceRequests") or []
+        )
+    return out

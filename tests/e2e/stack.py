@@ -158,6 +158,7 @@ class ControlPlane:
         self._start_crossplane()
         self._start_provider_kubernetes()
         self._install_plnt()
+        self._start_binder()
         from tests.e2e import simulator
 
         self.simulator = simulator.Simulator(self)
@@ -351,6 +352,22 @@ class ControlPlane:
             )
         self.kubectl("apply", "-f", str(REPO / "compositions"))
 
+    def _start_binder(self) -> None:
+        """`plnt reconcile --bind-only`: the one writer that commits replicas to pools (a
+        ModelReplica renders nothing until it is bound; docs/scheduler.md, Binding)."""
+        self.binder_argv = [
+            str(plnt_procs.PLNT),
+            "reconcile",
+            "--bind-only",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--bind-interval",
+            "1",
+        ]
+        self.procs.start(
+            "plnt-binder", self.binder_argv, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
+
     def _xrd_ready(self, name: str) -> bool:
         obj = self.mgmt.get("apiextensions.crossplane.io/v2", "CompositeResourceDefinition", name)
         conds = {
@@ -395,13 +412,15 @@ class ControlPlane:
         return kube.kubectl(self.kubeconfig, *args, check=check, stdin=stdin)
 
     def restart(self, name: str, *, kill: bool = True) -> None:
-        """Kills (SIGKILL by default) and restarts one process: a function, crossplane, or
-        provider-kubernetes."""
+        """Kills (SIGKILL by default) and restarts one process: a function, crossplane,
+        provider-kubernetes or plnt-binder."""
         self.procs.stop(name, kill=kill)
         if name == "crossplane":
             self.start_crossplane()
         elif name == "provider-kubernetes":
             self.procs.start(name, self.provider_argv, env=self.provider_env)
+        elif name == "plnt-binder":
+            self.procs.start(name, self.binder_argv, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         elif name in self.functions:
             self.start_function(name)
             plnt_procs.wait_ready(

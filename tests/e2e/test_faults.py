@@ -33,19 +33,6 @@ def _deployments() -> list[dict]:
     return out
 
 
-def committed_nodes(plane) -> dict[tuple[str, str], int]:
-    """Nodes committed per (cluster, pool) by every ModelReplica of the fleet, as the scheduler
-    counts them (its cost annotation)."""
-    from functions.model_deployment import scheduler
-
-    out: dict[tuple[str, str], int] = {}
-    for obj in plane.mgmt.list(*MR):
-        placed = scheduler.placed_replica(obj)
-        for pool, nodes in placed.pool_nodes.items():
-            out[(placed.cluster, pool)] = out.get((placed.cluster, pool), 0) + nodes
-    return out
-
-
 def test_killed_function_and_crossplane_lose_nothing(plane) -> None:
     fleet.ensure(plane)
     docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, *_deployments()]
@@ -63,6 +50,8 @@ def test_killed_function_and_crossplane_lose_nothing(plane) -> None:
             total = (((md or {}).get("status") or {}).get("replicas") or {}).get("total")
             if total != replicas or not live.is_true(md, "ReplicasScheduled"):
                 return False
+            if not live.is_true(md, "ReplicasBound"):
+                return False
         return True
 
     live.wait_for(converged, 240, "every ModelDeployment placed again")
@@ -73,9 +62,10 @@ def test_killed_function_and_crossplane_lose_nothing(plane) -> None:
         owned[owners[0]].append(replica["metadata"]["name"])
     assert {k: len(v) for k, v in owned.items()} == DEPLOYMENTS, owned
 
-    capacity = {(fleet.CLUSTER, "h100"): fleet.NODES}
-    for key, nodes in committed_nodes(plane).items():
-        assert nodes <= capacity.get(key, 0), (key, nodes, capacity)
+    # every replica rendered (bound), within the pool's devices (counted from what rendered)
+    rendered = fleet.rendered_gpus(plane, NS)
+    assert sorted(rendered) == sorted(n for names in owned.values() for n in names), rendered
+    assert sum(rendered.values()) <= fleet.NODES * 8
 
     # nothing lost: the fleet itself is intact and still Ready
     assert live.is_true(
