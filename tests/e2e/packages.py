@@ -104,10 +104,10 @@ def installed_name(package: str) -> str:
     return package.split("/", 1)[1].replace("/", "-")
 
 
-def build_packages(dist: pathlib.Path = DIST) -> dict[str, pathlib.Path]:
-    """The Configuration and every function's .xpkg, by hack/package.py (as `make package`,
-    cached); returns {package name: file}."""
-    names = ["configuration"] + [
+def build_packages(dist: pathlib.Path = DIST, only: Iterable[str] = ()) -> dict[str, pathlib.Path]:
+    """The Configuration and every function's .xpkg (or only the named ones), by hack/package.py
+    (as `make package`, cached); returns {package name: file}."""
+    names = list(only) or ["configuration"] + [
         d["package"].rsplit("/", 1)[1] for d in dependencies() if d["kind"] == "Function"
     ]
     report = dist / "report.json"

@@ -90,6 +90,11 @@ MANAGEMENT_CRDS = (
 )
 
 
+# What the e2e suite's control plane runs from built images (the rest from the virtualenv): the
+# InferenceClass function, which every scenario's classes compose through.
+FUNCTIONS_FROM_IMAGES = ("function-inference-class",)
+
+
 def missing() -> list[str]:
     gaps = kube.missing_binaries()
     for binary in (CROSSPLANE_CORE, PROVIDER_KUBERNETES):
