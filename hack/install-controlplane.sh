@@ -28,19 +28,26 @@ module_dir() {  # a writable copy of a module from the proxy, printed as a path
   echo "$dst"
 }
 
-if [[ ! -x "$bin/crossplane-core" || ! -f "$bin/.crossplane-core-$core_version" ]]; then
+# The version Crossplane reports (and checks packages' spec.crossplane.version against) lives in
+# crossplane-runtime's pkg/version since v2.3; built without it, core reports "" and refuses
+# every package with a version constraint ("invalid semantic version"). The stamp names the
+# recipe, so a binary built before this was fixed is rebuilt.
+core_stamp="$bin/.crossplane-core-$core_version-runtime-version"
+if [[ ! -x "$bin/crossplane-core" || ! -f "$core_stamp" ]]; then
   echo "building Crossplane core $core_version into .tools/bin/crossplane-core ..." >&2
   start=$SECONDS
   dir="$(module_dir "github.com/crossplane/crossplane/v2@$core_version")"
   sed -i '/^replace github.com\/crossplane\/crossplane\/apis\/v2 => \.\/apis$/d' "$dir/go.mod"
+  # into a new file, then renamed: a running crossplane-core keeps its own
   (cd "$dir" && go build -trimpath \
-    -ldflags "-s -w -X github.com/crossplane/crossplane/v2/internal/version.version=$core_version" \
-    -o "$bin/crossplane-core" ./cmd/crossplane)
+    -ldflags "-s -w -X github.com/crossplane/crossplane-runtime/v2/pkg/version.version=$core_version" \
+    -o "$bin/.crossplane-core.$$" ./cmd/crossplane)
+  mv "$bin/.crossplane-core.$$" "$bin/crossplane-core"
   rm -rf "$crds/crossplane"
   cp -r "$dir/cluster/crds" "$crds/crossplane"
   rm -rf "$dir"
   rm -f "$bin"/.crossplane-core-*
-  touch "$bin/.crossplane-core-$core_version"
+  touch "$core_stamp"
   echo "Crossplane core built in $((SECONDS - start)) s" >&2
 fi
 

@@ -19,3 +19,6 @@ hack/install-llama-server.sh
 # The live control plane of tests/e2e: Crossplane core and provider-kubernetes (built from the Go
 # module proxy; kube-controller-manager and kubectl come with kube-apiserver above).
 hack/install-controlplane.sh
+# The package-install e2e test serves a loopback OCI registry with go-containerregistry's crane
+# (built from the Go module proxy into .tools/bin).
+hack/install-crane.sh

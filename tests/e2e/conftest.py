@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.e2e import stack
+from tests.e2e import packages, stack
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,7 +34,12 @@ def plane(tmp_path_factory: pytest.TempPathFactory):
         workdir.mkdir(parents=True)
     else:
         workdir = tmp_path_factory.mktemp("e2e")
-    control_plane = stack.ControlPlane(workdir)
+    # One function runs from its built image under runc, as Crossplane's package runtime would
+    # run it (tests/e2e/test_function_image.py); the image is built like `make package`.
+    packages.build_packages(only=stack.FUNCTIONS_FROM_IMAGES)
+    control_plane = stack.ControlPlane(
+        workdir, functions_from_images=stack.FUNCTIONS_FROM_IMAGES, images=packages.DIST
+    )
     try:
         yield control_plane
     finally:

@@ -27,12 +27,14 @@ GATEWAY_NET = "192.0.2"  # TEST-NET-1: documentation addresses, never routed any
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _home: int | None = None  # the thread's own namespace, held open while it is away
+_depth = 0  # how many stacks entered it: a second stack (tests/e2e/packages.py) shares it
 
 
 def enter() -> None:
     """Unshare the network namespace once, bring `lo` up, add the gateway addresses to it."""
-    global _home  # noqa: PLW0603 (one namespace per thread, entered once)
+    global _home, _depth  # noqa: PLW0603 (one namespace per thread, entered once)
     if _home is not None:
+        _depth += 1
         return
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     if _libc.unshare(CLONE_NEWNET) != 0:
@@ -40,15 +42,18 @@ def enter() -> None:
         os.close(home)
         raise OSError(err, f"unshare(CLONE_NEWNET) failed: {os.strerror(err)} (needs root)")
     _home = home
+    _depth = 1
     _ip("link", "set", "lo", "up")
     for host in range(1, 32):
         _ip("addr", "add", f"{GATEWAY_NET}.{host}/32", "dev", "lo")
 
 
 def leave() -> None:
-    """Put the calling thread back in the namespace it had before `enter()`."""
-    global _home  # noqa: PLW0603
-    if _home is None:
+    """Put the calling thread back in the namespace it had before `enter()`, once the last
+    stack that entered it leaves."""
+    global _home, _depth  # noqa: PLW0603
+    _depth = max(0, _depth - 1)
+    if _home is None or _depth:
         return
     if _libc.setns(_home, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()

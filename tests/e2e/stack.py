@@ -38,6 +38,7 @@ from typing import Any
 from plnt import procs as plnt_procs
 from plnt import runtime
 from tests.e2e import kube, netns
+from tests.e2e.images import ImageFunctions
 from tests.e2e.kube import CA, APIServer, Processes, wait_for
 from tests.reconcile.apiserver import REPO, TOOLS, free_port
 
@@ -89,6 +90,11 @@ MANAGEMENT_CRDS = (
 )
 
 
+# What the e2e suite's control plane runs from built images (the rest from the virtualenv): the
+# InferenceClass function, which every scenario's classes compose through.
+FUNCTIONS_FROM_IMAGES = ("function-inference-class",)
+
+
 def missing() -> list[str]:
     gaps = kube.missing_binaries()
     for binary in (CROSSPLANE_CORE, PROVIDER_KUBERNETES):
@@ -102,12 +108,25 @@ class FunctionProcess:
     name: str  # plnt-function-...
     address: str
     certs: pathlib.Path
+    image: pathlib.Path | None = None  # run from this .xpkg under runc (tests/e2e/images.py)
 
 
 class ControlPlane:
     """The whole stack; `close()` stops every process it started, by process id."""
 
-    def __init__(self, workdir: pathlib.Path, *, functions_from_images: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        *,
+        functions_from_images: tuple[str, ...] = (),
+        images: pathlib.Path | None = None,
+        bare: bool = False,
+    ):
+        """``functions_from_images``: functions (``function-model-replica``, ...) that run from
+        their built image under runc instead of from the virtualenv; ``images`` is the folder
+        `make package` wrote their .xpkg files to (default dist/). ``bare``: only the management
+        API server, its controllers and Crossplane core, with nothing of plnt, its functions or
+        its providers installed (tests/e2e/packages.py installs them as a user would)."""
         gaps = missing()
         if gaps:
             raise RuntimeError(
@@ -122,6 +141,9 @@ class ControlPlane:
         self.workloads: dict[str, APIServer] = {}
         self.functions: dict[str, FunctionProcess] = {}
         self.simulator: Any = None
+        self.bare = bare
+        self.from_images = _function_images(functions_from_images, images)
+        self.images = ImageFunctions(workdir / "images", workdir / "logs")
         try:
             self._boot()
         except BaseException:
@@ -143,7 +165,7 @@ class ControlPlane:
         kube.controller_manager(
             "mgmt", self.procs, self.kubeconfig, "garbage-collector-controller,namespace-controller"
         )
-        self._install_crds()
+        self._install_crds(crossplane_only=self.bare)
         self.mgmt.apply(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CROSSPLANE_NAMESPACE}}
         )
@@ -154,6 +176,10 @@ class ControlPlane:
                 "metadata": {"name": "lock"},
             }
         )
+        if self.bare:
+            self._start_crossplane()
+            self.boot_seconds = time.monotonic() - started
+            return
         self._start_functions()
         self._start_crossplane()
         self._start_provider_kubernetes()
@@ -165,10 +191,13 @@ class ControlPlane:
         self.simulator.start()
         self.boot_seconds = time.monotonic() - started
 
-    def _install_crds(self) -> None:
+    def _install_crds(self, *, crossplane_only: bool = False) -> None:
         docs: list[dict[str, Any]] = []
         for path in sorted((TOOL_CRDS / "crossplane").glob("*.yaml")):
             docs += kube.load_yaml(path)
+        if crossplane_only:
+            self.mgmt.create_crds(docs)
+            return
         for path in sorted((TOOL_CRDS / "provider-kubernetes").glob("*.yaml")):
             for doc in kube.load_yaml(path):
                 # its conversion webhook is not served by a local process; v1alpha1 Objects
@@ -188,18 +217,22 @@ class ControlPlane:
                 self.dir / "functions" / name, self.ca.server(name, "127.0.0.1")
             )
             address = f"127.0.0.1:{free_port()}"
-            self.functions[name] = FunctionProcess(name, address, certs)
+            image = self.from_images.get(package)
+            self.functions[name] = FunctionProcess(name, address, certs, image)
             started.append(name)
             self.start_function(name)
         for name in started:
             fn = self.functions[name]
             plnt_procs.wait_ready(
-                fn.address, self.procs.running[name], credentials=self._grpc_credentials()
+                fn.address, self._function_process(name), credentials=self._grpc_credentials()
             )
             self._register_function(fn)
 
     def start_function(self, name: str) -> None:
         fn = self.functions[name]
+        if fn.image is not None:
+            self.images.start(name, fn.image, fn.certs, int(fn.address.rsplit(":", 1)[1]))
+            return
         self.procs.start(
             name,
             [
@@ -213,6 +246,12 @@ class ControlPlane:
             ],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+
+    def _function_process(self, name: str) -> Any:
+        """The Popen that lives as long as the function: its own, or the runtime's (runc run)."""
+        if name in self.images.running:
+            return self.images.running[name].running.process
+        return self.procs.running[name]
 
     def _grpc_credentials(self) -> Any:
         import grpc
@@ -414,7 +453,10 @@ class ControlPlane:
     def restart(self, name: str, *, kill: bool = True) -> None:
         """Kills (SIGKILL by default) and restarts one process: a function, crossplane,
         provider-kubernetes or plnt-binder."""
-        self.procs.stop(name, kill=kill)
+        if name in self.images.running:
+            self.images.stop(name, kill=kill)
+        else:
+            self.procs.stop(name, kill=kill)
         if name == "crossplane":
             self.start_crossplane()
         elif name == "provider-kubernetes":
@@ -425,7 +467,7 @@ class ControlPlane:
             self.start_function(name)
             plnt_procs.wait_ready(
                 self.functions[name].address,
-                self.procs.running[name],
+                self._function_process(name),
                 credentials=self._grpc_credentials(),
             )
         else:
@@ -434,8 +476,26 @@ class ControlPlane:
     def close(self) -> None:
         if self.simulator is not None:
             self.simulator.stop()
+        self.images.stop_all()
         self.procs.stop_all()
         netns.leave()
+
+
+def _function_images(
+    names: tuple[str, ...], folder: pathlib.Path | None
+) -> dict[str, pathlib.Path]:
+    """Each named function's .xpkg in ``folder`` (default dist/), which `make package` writes."""
+    folder = folder or REPO / "dist"
+    known = set(runtime.function_names())
+    out = {}
+    for name in names:
+        if name not in known:
+            raise ValueError(f"functions_from_images: {name} is not a plnt function ({known})")
+        found = sorted(folder.glob(f"{name}-v*.xpkg"))
+        if not found:
+            raise RuntimeError(f"no {name}-v*.xpkg in {folder}: run `make package` first")
+        out[name] = found[-1]
+    return out
 
 
 def _now() -> str:
@@ -458,9 +518,17 @@ def main(argv: list[str] | None = None) -> int:
         help="leave out the control-plane Gateway and the Existing InferenceCluster lab-h100 "
         "(4 H100 nodes) that are otherwise applied, ready for a WorkflowRun",
     )
+    parser.add_argument(
+        "--from-image",
+        action="append",
+        default=[],
+        metavar="FUNCTION",
+        help="run this function (e.g. function-model-replica) from its image in dist/ under "
+        "runc (repeatable; `make package` builds the images; default: none)",
+    )
     args = parser.parse_args(argv)
     workdir = pathlib.Path(args.dir or tempfile.mkdtemp(prefix="plnt-dev-"))
-    plane = ControlPlane(workdir)
+    plane = ControlPlane(workdir, functions_from_images=tuple(args.from_image))
     if not args.no_fleet:
         from tests.e2e import fleet  # it imports this module
 
