@@ -79,7 +79,11 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
 
     previous = (xr.get("status") or {}).get("phase")
     phase = phases.derive(seen_deployment, seen_service, run_id, previous)
-    if phase.name != previous and phase.name in (phases.SMOKE_TESTING, phases.PROMOTING):
+    if phase.name != previous and phase.name in (
+        phases.DEPLOYING,
+        phases.SMOKE_TESTING,
+        phases.PROMOTING,
+    ):
         rsp.meta.ttl.FromMilliseconds(1000)  # a phase held for one reconcile moves on soon
     deployment = model_deployment(
         name, spec, preset=preset, gpu_cel=gpu_cel, seen=seen_deployment, identity=identity

@@ -25,13 +25,15 @@ readiness and Routed condition). The rules, first match wins:
 |                | route to them yet (no URL, not Ready, or Routed not True)                  |
 | Ready          | replicas ready and the ModelService routes to them with a URL              |
 
-SmokeTesting and Promoting are each written at least once in a rollout that passed the gate,
-even when the measurement, the verdict and the traffic shift land between two reconciles of
-the WorkflowRun (a fast engine is measured in well under a second). The phase last written
-(the WorkflowRun's own observed status) decides: coming from PullingWeights or Deploying to a
-phase past the smoke test while the gate holds this run's Pass verdict, the phase is
-SmokeTesting for one reconcile (its message gives the verdict); coming from SmokeTesting to
-Ready, it is Promoting for one reconcile. The function asks to be called again in a second
+Deploying, SmokeTesting and Promoting are each written at least once in a rollout that
+passed the gate, even when the engine start, the measurement, the verdict and the traffic
+shift land between two reconciles of the WorkflowRun (a fast engine is measured in well under
+a second, and Crossplane may hold back a busy XR's watch events). The phase last written (the
+WorkflowRun's own observed status) decides: coming from PullingWeights to a phase past
+Deploying, the phase is Deploying for one reconcile; coming from Deploying to a phase past the
+smoke test while the gate holds this run's Pass verdict, it is SmokeTesting for one reconcile
+(its message gives the verdict); coming from SmokeTesting to Ready, it is Promoting for one
+reconcile. The function asks to be called again in a second
 each time. `kubectl get workflowrun -w` so always shows the seed's sequence; a restart changes
 nothing, since the last phase is read back from the object.
 
@@ -132,7 +134,13 @@ def derive(
     passed = gate.get("verdict") == "Pass" and (
         run is None or (_status(deployment).get("canary") or {}).get("run") == run
     )
-    if phase.name in (PROMOTING, READY) and previous in (PULLING_WEIGHTS, DEPLOYING) and passed:
+    if phase.name in (SMOKE_TESTING, PROMOTING, READY) and previous == PULLING_WEIGHTS:
+        return Phase(
+            DEPLOYING,
+            "the weights are staged and the engine has started; the latency gate measures it",
+            phase.endpoint,
+        )
+    if phase.name in (PROMOTING, READY) and previous == DEPLOYING and passed:
         return Phase(
             SMOKE_TESTING,
             f"the latency gate measured revision {gate.get('revision')}: Pass; promoting it",

@@ -117,11 +117,15 @@ def rendered_gpus(plane: ControlPlane, namespace: str) -> dict[str, int]:
     """GPUs of every ModelReplica whose engine workload has been composed, by replica name:
     read from the replica's spec and the Objects on the management cluster, not the ledger."""
     objects = plane.mgmt.list("kubernetes.m.crossplane.io/v1alpha1", "Object", namespace=namespace)
+    # an Object's controller is the XR that composed it (Crossplane's crossplane.io/composite
+    # label names the top of the tree instead)
     workloads = {
-        (o["metadata"].get("labels") or {}).get("crossplane.io/composite")
+        ref["name"]
         for o in objects
         if ((o.get("spec") or {}).get("forProvider") or {}).get("manifest", {}).get("kind")
         == "Deployment"
+        for ref in o["metadata"].get("ownerReferences") or []
+        if ref.get("controller") and ref.get("kind") == "ModelReplica"
     }
     out: dict[str, int] = {}
     for replica in plane.mgmt.list(API, "ModelReplica", namespace=namespace):

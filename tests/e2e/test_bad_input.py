@@ -45,15 +45,22 @@ def test_invalid_selector_explains_itself_on_the_object(plane) -> None:
     md = _deployment("bad-cel", replicas=1, gpus=1, cel='device.attributes["gpu.nvidia.com"].(')
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(md))
     field = "spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel"
+    # Not Fatal (which would discard the status): the replicas cannot be scheduled, and the
+    # condition says why, naming the field; the step's Warning result becomes an event.
     obj = live.wait_object(
         plane.mgmt,
         *MD,
         "bad-cel",
         NS,
-        until=lambda o: live.condition(o, "Synced").get("status") == "False",
-        what="Synced=False on an invalid ModelDeployment",
+        until=lambda o: (
+            live.condition(o, "ReplicasScheduled").get("reason") == "InvalidNodeSelector"
+        ),
+        what="ReplicasScheduled InvalidNodeSelector on an invalid ModelDeployment",
     )
-    assert field in live.condition(obj, "Synced")["message"], live.condition(obj, "Synced")
+    scheduled = live.condition(obj, "ReplicasScheduled")
+    assert scheduled["status"] == "False" and field in scheduled["message"], scheduled
+    assert "Syntax error" in scheduled["message"], scheduled
+    assert not live.is_true(obj, "Ready")
     described = plane.kubectl("describe", "modeldeployment", "bad-cel", "-n", NS)
     assert field in described
     events = live.wait_for(

@@ -22,7 +22,6 @@ import yaml
 from tests.e2e import fleet, live
 from tests.e2e.stack import REPO
 
-NS = "capacity"
 MD = ("modelplane.ai/v1alpha1", "ModelDeployment")
 MR = ("modelplane.ai/v1alpha1", "ModelReplica")
 NAMES = [f"race-{i}" for i in range(6)]
@@ -30,12 +29,12 @@ REPLICAS, GPUS = 2, 4
 POOL_GPUS = fleet.NODES * 8
 
 
-def _deployments() -> list[dict]:
+def _deployments(namespace: str) -> list[dict]:
     base = yaml.safe_load((REPO / "examples" / "deploy-qwen3-8b" / "xr.yaml").read_text())
     out = []
     for name in NAMES:
         md = copy.deepcopy(base)
-        md["metadata"] = {"name": name, "namespace": NS}
+        md["metadata"] = {"name": name, "namespace": namespace}
         md["spec"]["replicas"] = REPLICAS
         (device,) = md["spec"]["engines"][0]["members"][0]["nodeSelector"]["devices"]
         device["count"] = GPUS
@@ -43,14 +42,19 @@ def _deployments() -> list[dict]:
     return out
 
 
-def _race(plane, *, faults: bool) -> list[int]:
+def _race(plane, namespace: str, *, faults: bool) -> list[int]:
     """Applies the six deployments at once and samples the rendered GPUs until the pool is
     full and stays so; returns every sample's total."""
-    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, *_deployments()]
+    docs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        *_deployments(namespace),
+    ]
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
     samples: list[int] = []
     if faults:
-        live.wait_for(lambda: plane.mgmt.list(*MR, namespace=NS), 120, "a first ModelReplica")
+        live.wait_for(
+            lambda: plane.mgmt.list(*MR, namespace=namespace), 120, "a first ModelReplica"
+        )
         plane.restart("plnt-function-model-deployment")
         plane.restart("plnt-binder")
         plane.procs.stop("crossplane", kill=True)
@@ -59,7 +63,7 @@ def _race(plane, *, faults: bool) -> list[int]:
     full_since = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        total = sum(fleet.rendered_gpus(plane, NS).values())
+        total = sum(fleet.rendered_gpus(plane, namespace).values())
         samples.append(total)
         assert total <= POOL_GPUS, f"{total} GPUs rendered on a pool of {POOL_GPUS}"
         if total == POOL_GPUS:
@@ -72,11 +76,11 @@ def _race(plane, *, faults: bool) -> list[int]:
     return samples
 
 
-def _short_deployments_say_so(plane) -> None:
-    rendered = fleet.rendered_gpus(plane, NS)
+def _short_deployments_say_so(plane, namespace: str) -> None:
+    rendered = fleet.rendered_gpus(plane, namespace)
     short = 0
     for name in NAMES:
-        md = plane.mgmt.get(*MD, name, NS)
+        md = plane.mgmt.get(*MD, name, namespace)
         mine = [r for r in rendered if r.startswith(f"{name}-")]
         if len(mine) == REPLICAS:
             continue
@@ -91,22 +95,28 @@ def _short_deployments_say_so(plane) -> None:
     assert short == len(NAMES) * REPLICAS - POOL_GPUS // GPUS
 
 
-def _clean(plane) -> None:
-    plane.kubectl("delete", "namespace", NS, "--wait=false")
+def _clean(plane, namespace: str) -> None:
+    """Deletes the deployments and waits until their replicas are gone (each round has its own
+    namespace, so the next need not wait for this one to finish terminating)."""
+    plane.kubectl("delete", "modeldeployment", "--all", "-n", namespace, "--wait=false")
     live.wait_for(
-        lambda: plane.mgmt.get("v1", "Namespace", NS) is None, 240, "the race namespace gone"
+        lambda: not plane.mgmt.list(*MR, namespace=namespace),
+        300,
+        f"the replicas in {namespace} deleted",
     )
+    plane.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 @pytest.mark.parametrize("faults", [False, True], ids=["plain", "killed-mid-way"])
 def test_competing_deployments_never_over_commit_the_pool(plane, faults: bool) -> None:
     fleet.ensure(plane)
+    namespace = f"capacity-{'killed' if faults else 'plain'}"
     try:
-        samples = _race(plane, faults=faults)
+        samples = _race(plane, namespace, faults=faults)
         assert samples and samples[-1] == POOL_GPUS, samples
         assert max(samples) <= POOL_GPUS
-        per_replica = fleet.rendered_gpus(plane, NS)
+        per_replica = fleet.rendered_gpus(plane, namespace)
         assert len(per_replica) == POOL_GPUS // GPUS, per_replica
-        _short_deployments_say_so(plane)
+        _short_deployments_say_so(plane, namespace)
     finally:
-        _clean(plane)
+        _clean(plane, namespace)

@@ -133,7 +133,7 @@ def test_kubectl_scale_and_the_reconciler_write_through_scale(plane, tmp_path) -
         NAME,
         NS,
         until=lambda o: o["spec"]["replicas"] == 4,
-        what="the reconciler's scale-up",
+        what=f"the reconciler's scale-up (it printed: {proc.stdout.strip()[-400:]})",
     )
     writers = _writers_of_replicas(obj)
     assert any(sub == "scale" and manager != "kubectl" for manager, sub in writers), writers

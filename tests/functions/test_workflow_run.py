@@ -581,14 +581,14 @@ def test_each_phase_scenario_renders_its_phase(folder: pathlib.Path) -> None:
     ("previous", "want", "ttl_ms"),
     [
         ("Deploying", "SmokeTesting", 1000),
-        ("PullingWeights", "SmokeTesting", 1000),
+        ("PullingWeights", "Deploying", 1000),
         ("SmokeTesting", "Promoting", 1000),
         ("Promoting", "Ready", 60000),
         (None, "Ready", 60000),
         ("Ready", "Ready", 60000),
     ],
 )
-def test_smoke_testing_and_promoting_are_each_written_once(previous, want, ttl_ms) -> None:
+def test_every_phase_of_a_passing_rollout_is_written_once(previous, want, ttl_ms) -> None:
     """The gate's pass and the traffic shift can land between two reconciles; the phase last
     written (read back from the object) keeps Promoting in the sequence for one reconcile."""
     scenario = render.load_scenario(REPO / "examples/workflowrun-phases/Ready")
