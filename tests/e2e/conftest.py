@@ -15,6 +15,7 @@ import pytest
 from tests.e2e import packages, stack
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group into the nodeid
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/e2e/" in item.nodeid:

@@ -54,3 +54,48 @@ def test_existing_cluster_gets_its_serving_stack(plane) -> None:
     assert header.count("READY") == 1, header
     row = next(r for r in rows if r[0] == fleet.CLUSTER)
     assert row[header.index("READY")] == "True"
+
+
+def test_deleting_a_cluster_keeps_what_plnt_did_not_create(plane) -> None:
+    """An Existing cluster's `plnt-system` namespace and the InferencePool CRD may be shared or
+    pre-existing (the cluster may be the management cluster itself): deleting the
+    InferenceCluster removes plnt's stack but keeps them, and what others put there."""
+    fleet.ensure(plane)
+    name = "lab-shared"
+    workload = plane.workload(name)
+    workload.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "plnt-system"}})
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "someone-elses", "namespace": "plnt-system"},
+        "data": {"owner": "another team"},
+    }
+    workload.apply(theirs)
+    fleet.apply_existing_cluster(plane, name, nodes=1)
+    live.wait_ready(plane.mgmt, API, "InferenceCluster", name, seconds=240)
+    assert workload.get("gateway.networking.k8s.io/v1", "Gateway", "plnt-inference", "plnt-system")
+
+    plane.kubectl("delete", "inferencecluster", name, "--wait=false")
+    live.wait_for(
+        lambda: plane.mgmt.get(API, "InferenceCluster", name) is None,
+        240,
+        f"InferenceCluster {name} deleted",
+    )
+    live.wait_for(
+        lambda: (
+            workload.get("gateway.networking.k8s.io/v1", "Gateway", "plnt-inference", "plnt-system")
+            is None
+        ),
+        120,
+        "plnt's Gateway removed from the cluster",
+    )
+    namespace = workload.get("v1", "Namespace", "plnt-system")
+    assert namespace is not None and not namespace["metadata"].get("deletionTimestamp")
+    kept = workload.get("v1", "ConfigMap", "someone-elses", "plnt-system")
+    assert kept is not None and kept["data"] == {"owner": "another team"}
+    crd = workload.get(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "inferencepools.inference.networking.k8s.io",
+    )
+    assert crd is not None and not crd["metadata"].get("deletionTimestamp")
