@@ -149,6 +149,8 @@ def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> No
             until=lambda o: _ready(o) and o["status"]["workflowRunId"] != run,
             seconds=300,
         )
+        # the watch stream may deliver the last write a moment after the GET that saw it
+        live.wait_for(lambda: watch.values[-1:] == ["Ready"], 30, "the watch to see Ready")
     finally:
         phases = watch.stop()
         seen = traffic.stop()
@@ -165,7 +167,11 @@ def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> No
 def test_slow_canary_rolls_back_and_the_stable_revision_keeps_all_traffic(plane, created) -> None:
     md = plane.mgmt.get(*MD, NAME, NS)
     stable = md["status"]["revisions"]["stable"]
-    stable_replicas = {r["metadata"]["name"] for r in _replicas(plane)}
+    stable_replicas = {
+        r["metadata"]["name"]
+        for r in _replicas(plane)
+        if r["metadata"]["labels"]["modelplane.ai/revision"] == stable
+    }
     plane.simulator.engines.policy = lambda ns, replica: (
         engines.FAST if replica in stable_replicas else engines.SLOW
     )
@@ -207,7 +213,11 @@ def test_slow_canary_rolls_back_and_the_stable_revision_keeps_all_traffic(plane,
         ),
         what="all traffic back on the stable revision",
     )
-    assert {r["metadata"]["name"] for r in _replicas(plane)} == stable_replicas
+    live.wait_for(
+        lambda: {r["metadata"]["name"] for r in _replicas(plane)} == stable_replicas,
+        120,
+        "only the stable revision's replicas left",
+    )
     assert wr["status"].get("endpoint"), "the stable revision still serves at the endpoint"
 
 
