@@ -22,7 +22,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
@@ -184,18 +184,22 @@ def request(clusters: int, pools: int, replicas: int) -> fnv1.RunFunctionRequest
     return req
 
 
-class _Timed:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Timed(Generic[P, R]):
     """Wraps a CEL entry point, adding up the time spent inside it."""
 
-    def __init__(self, fn: Callable[..., Any]):
+    def __init__(self, fn: Callable[P, R]):
         self.fn = fn
         self.seconds = 0.0
         self.calls = 0
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         start = time.perf_counter()
         try:
-            return self.fn(*args)
+            return self.fn(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
             self.calls += 1
@@ -299,9 +303,9 @@ def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> d
     nodes_now = sum(p.nodes - p.free_nodes() for p in pools.values())
     one_gpu = capacity.Pods(1, ((capacity.device_key("gpu"), 1),))
     room_new = 0
-    for p in pools.values():
-        free = p.free_total(capacity.device_key("gpu"))
-        room_new += free - p.pack_what_fits([dataclasses.replace(one_gpu, count=free)])
+    for account in pools.values():
+        free = account.free_total(capacity.device_key("gpu"))
+        room_new += free - account.pack_what_fits([dataclasses.replace(one_gpu, count=free)])
     return {
         "fleet": {"gpus": total_gpus, "nodes": total_nodes},
         "placed_gpus": placed_gpus,

@@ -202,7 +202,7 @@ def run_pipeline(
         if step.get("input") is not None:
             req.input.CopyFrom(_struct(step["input"]))
         for sel in (step.get("requirements") or {}).get("requiredResources") or []:
-            bootstrap = fnv1.ResourceSelector(apiVersion=sel["apiVersion"], kind=sel["kind"])
+            bootstrap = fnv1.ResourceSelector(api_version=sel["apiVersion"], kind=sel["kind"])
             if sel.get("name"):
                 bootstrap.match_name = sel["name"]
             elif sel.get("matchLabels"):
@@ -236,7 +236,8 @@ def call_function(
     )
     for obj in observed:
         key = (obj.get("metadata", {}).get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME)
-        req.observed.resources[key].resource.CopyFrom(_struct(obj))
+        if key:
+            req.observed.resources[key].resource.CopyFrom(_struct(obj))
     rsp, _ = _run_with_requirements(run, req, list(required), name)
     return rsp
 

@@ -430,14 +430,17 @@ class Matcher:
                         break
                     chosen.append(dev)
                     waste += (int(dev.get("count") or 1) - req.count) * member.pods * engine.copies
-                    key = capacity.device_key(dev.get("name", ""))
-                    demand[key] = demand.get(key, 0) + req.count
+                    device = capacity.device_key(dev.get("name", ""))
+                    demand[device] = demand.get(device, 0) + req.count
                 if result:
                     break
                 # CPU and memory count only where the class declares them per node.
-                for key, amount in ((capacity.CPU, member.cpu), (capacity.MEMORY, member.memory)):
-                    if shape.amount(key) and amount:
-                        demand[key] = amount
+                for resource, amount in (
+                    (capacity.CPU, member.cpu),
+                    (capacity.MEMORY, member.memory),
+                ):
+                    if shape.amount(resource) and amount:
+                        demand[resource] = amount
                 per_member.append(tuple(chosen))
                 count = member.pods * engine.copies
                 pods.append(capacity.Pods(count, capacity.vector(demand), member.whole))
@@ -554,6 +557,7 @@ class Scheduler:
             fits.sort(key=lambda wpf: (wpf[0], wpf[2].waste, wpf[1].name))
             options.append(fits)
         selective = [o for o in options if o is not None]
+        found: tuple[int, list[tuple[Pool, EngineFit] | None]] | None
         if len(selective) == 1:  # one engine to place: its best pool is the answer
             waste, pool, fit = selective[0][0]
             found = (waste, [(pool, fit) if o is not None else None for o in options])

@@ -30,6 +30,7 @@ Design choices:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -117,7 +118,11 @@ def _refuse(
         if (obj.get("apiVersion"), obj.get("kind")) == COMPOSED_KINDS.get(resource)
     }
     for resource, obj in observed.items():
-        ready = {DEPLOYMENT: phases.serving, SERVICE: phases.routed}.get(resource, xp.is_ready)
+        readiness: dict[str, Callable[[Mapping[str, Any] | None], bool]] = {
+            DEPLOYMENT: phases.serving,
+            SERVICE: phases.routed,
+        }
+        ready = readiness.get(resource, xp.is_ready)
         xp.compose(rsp, resource, carried(obj), ready=ready(obj))
     kept = phases.derive(observed.get(DEPLOYMENT), observed.get(SERVICE)) if observed else None
     message = f"invalid spec: {err}"

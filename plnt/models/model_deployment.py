@@ -9,6 +9,7 @@ own dicts verbatim (so nothing is lost to a model round trip); these models vali
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field
@@ -56,13 +57,13 @@ class ClusterSelector(_Model):
         default_factory=list, alias="matchExpressions"
     )
 
-    def matches(self, labels: dict[str, str]) -> bool:
+    def matches(self, labels: Mapping[str, str]) -> bool:
         if any(labels.get(k) != v for k, v in self.match_labels.items()):
             return False
         return all(_requirement_holds(r, labels) for r in self.match_expressions)
 
 
-def _requirement_holds(req: LabelSelectorRequirement, labels: dict[str, str]) -> bool:
+def _requirement_holds(req: LabelSelectorRequirement, labels: Mapping[str, str]) -> bool:
     present = req.key in labels
     return {
         "In": present and labels.get(req.key) in req.values,

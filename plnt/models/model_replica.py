@@ -334,8 +334,8 @@ def check_engines(engines: list[EngineOf[Any]], serving: Serving, path: str = "s
                 f"{at}.phase", "phase is only allowed when serving.mode is PrefillDecode"
             )
     if serving.mode == "PrefillDecode":
-        phases = [e.phase for e in engines]
-        if None in phases or sorted(phases) != ["Decode", "Prefill"]:
+        phases = [e.phase for e in engines if e.phase is not None]
+        if len(phases) != len(engines) or sorted(phases) != ["Decode", "Prefill"]:
             raise xp.InvalidInput(
                 f"{path}.engines",
                 "serving.mode PrefillDecode needs every engine to have a phase, "
