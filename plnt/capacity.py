@@ -321,8 +321,3 @@ class Pool:
             if free < v:
                 return f"not enough free {describe(k)} (need {v}, free {free})"
         return "its pods do not pack onto the free nodes"
-
-
-def fits_all(pool: Pool, slots: Iterable[Slot]) -> bool:
-    """Whether recorded slots fit a pool (on a copy)."""
-    return not pool.copy().take(slots)

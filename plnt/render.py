@@ -223,25 +223,6 @@ def run_pipeline(
     return desired, results, conditions, xp.to_dict(ctx)
 
 
-def call_function(
-    run: runtime.RunFunction,
-    xr: dict[str, Any],
-    required: Iterable[dict[str, Any]] = (),
-    observed: Iterable[dict[str, Any]] = (),
-    name: str = "function",
-) -> fnv1.RunFunctionResponse:
-    """One function on one XR, its requirements answered from ``required`` until stable."""
-    req = fnv1.RunFunctionRequest(
-        observed=fnv1.State(composite=fnv1.Resource(resource=_struct(xr)))
-    )
-    for obj in observed:
-        key = (obj.get("metadata", {}).get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME)
-        if key:
-            req.observed.resources[key].resource.CopyFrom(_struct(obj))
-    rsp, _ = _run_with_requirements(run, req, list(required), name)
-    return rsp
-
-
 def _run_with_requirements(
     run: runtime.RunFunction,
     req: fnv1.RunFunctionRequest,

@@ -53,8 +53,6 @@ from plnt import binding, capacity, labels, quantity
 Evaluate = Callable[[str, dict], bool]
 Compile = Callable[[str], object]
 
-NODE_COST_ANNOTATION = binding.LEGACY_NODES  # read from replicas placed before devices counted
-DEMAND_ANNOTATION = binding.DEMAND
 CLAIM_DRA = "DRA"
 MAX_LISTED_CLUSTERS = 10
 SEARCH_BUDGET = 512  # pools tried per (replica, cluster) when engines compete for pools
@@ -337,7 +335,6 @@ class Matcher:
         self.evaluate = evaluate
         self._cel: dict[tuple[str, str, str], tuple[bool, str]] = {}
         self._fits: dict[tuple[int, str], EngineFit | str] = {}
-        self.cel_evaluations = 0
         # Per expression: devices it was evaluated on, and the last error if it erred on all.
         self._tried: dict[str, int] = {}
         self._erred: dict[str, tuple[int, str]] = {}
@@ -363,7 +360,6 @@ class Matcher:
         key = (expr, class_name, device.get("name", ""))
         hit = self._cel.get(key)
         if hit is None:
-            self.cel_evaluations += 1
             self._tried[expr] = self._tried.get(expr, 0) + 1
             try:
                 hit = (bool(self.evaluate(expr, dict(device))), "")

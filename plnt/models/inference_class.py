@@ -15,8 +15,6 @@ from pydantic import Field
 from plnt import xp
 from plnt.models.base import SpecModel
 
-# A DRA device attribute holds exactly one of these (resource.k8s.io DeviceAttribute).
-ATTRIBUTE_KINDS = ("string", "int", "bool", "version")
 # Drivers whose devices are GPUs: the DRA convention names GPU drivers gpu.<vendor>.
 GPU_DRIVER_PREFIX = "gpu."
 NVIDIA_GPU_DRIVER = "gpu.nvidia.com"

@@ -220,10 +220,6 @@ def api_error(err: Exception) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def is_conflict(err: Exception) -> bool:
-    return isinstance(err, ApiException) and err.status == 409
-
-
 class ModelDeploymentCache:
     """ModelDeployments by (namespace, name), kept current by list then watch."""
 

@@ -31,8 +31,9 @@ from typing import Any
 import yaml
 
 from plnt import render, xp
-from plnt.gate.fake_server import Behaviour, serve_in_thread
+from plnt.gate.fake_server import Behaviour
 from tests.conformance import crossplane_cli
+from tests.support import serve_in_thread
 
 REPO = crossplane_cli.REPO
 COMPOSITIONS = REPO / "compositions"

@@ -30,7 +30,8 @@ from google.protobuf import json_format
 
 from functions.canary_gate import canary, fn, inflight
 from plnt import binding, procs, render, runtime, xp
-from plnt.gate.fake_server import Behaviour, FakeServer, serve_in_thread
+from plnt.gate.fake_server import Behaviour, FakeServer
+from tests.support import has_fatal, serve_in_thread
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BASE_XR = yaml.safe_load((REPO / "examples" / "deploy-qwen3-8b" / "xr.yaml").read_text())
@@ -116,7 +117,7 @@ def run(req: fnv1.RunFunctionRequest, required: list[dict] = ()) -> fnv1.RunFunc
     previous = None
     for _ in range(5):
         rsp = runtime.call_sync(fn.run_function, req, "function-canary-gate")
-        assert not xp.has_fatal(rsp), [r.message for r in rsp.results]
+        assert not has_fatal(rsp), [r.message for r in rsp.results]
         wanted = dict(rsp.requirements.resources)
         if wanted == previous or not wanted:
             return rsp

@@ -11,6 +11,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.inference_class import fn
 from plnt import runtime, xp
+from tests.support import has_fatal
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CLASSES = {
@@ -107,7 +108,7 @@ def gpu_by_type_attribute(spec: dict) -> None:
 )
 def test_usable_class_status(xr: dict, gpu: bool, devices: list, message: str) -> None:
     rsp = run(xr)
-    assert not xp.has_fatal(rsp)
+    assert not has_fatal(rsp)
     assert status(rsp) == {"gpu": gpu, "devices": devices}
     usable = condition(rsp, "Usable")
     assert usable.status == fnv1.STATUS_CONDITION_TRUE

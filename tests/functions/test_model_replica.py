@@ -17,6 +17,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, serving
 from plnt import binding, labels, render, xp
+from tests.support import call_function
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -35,7 +36,7 @@ def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.
     if binding.BINDING in annotations:
         xr = copy.deepcopy(xr)
         xr["metadata"]["annotations"][binding.BINDING] = binding.preview(xr)
-    return render.call_function(fn.run_function, xr, required, observed, "function-model-replica")
+    return call_function(fn.run_function, xr, required, observed, "function-model-replica")
 
 
 def run_scenario(scenario: render.Scenario, **changes: Any) -> fnv1.RunFunctionResponse:
@@ -636,7 +637,7 @@ def _unbound(xr: dict) -> dict:
 
 
 def test_an_unbound_replica_composes_nothing_and_says_it_awaits_the_binder() -> None:
-    rsp = render.call_function(
+    rsp = call_function(
         fn.run_function, _unbound(QWEN.xr), QWEN.required, (), "function-model-replica"
     )
     assert composed(rsp) == {}
@@ -652,7 +653,7 @@ def test_a_refused_replica_composes_nothing_and_says_why() -> None:
     xr["metadata"]["annotations"][binding.REFUSED] = binding.refusal_json(
         state.digest, "pool gpu-l4: not enough free gpu"
     )
-    rsp = render.call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
+    rsp = call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
     assert composed(rsp) == {}
     bound = condition(rsp, "Bound")
     assert bound.reason == "BindingRefused"
@@ -663,7 +664,7 @@ def test_a_binding_for_another_spec_does_not_count() -> None:
     # The binder committed one GPU; the spec now asks for two: not bound until re-committed.
     xr = copy.deepcopy(QWEN.xr)
     xr["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
-    rsp = render.call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
+    rsp = call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
     assert composed(rsp) == {}
     assert condition(rsp, "Bound").reason == "AwaitingBinding"
 

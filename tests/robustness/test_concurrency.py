@@ -9,6 +9,7 @@ import time
 
 from plnt import procs
 from plnt.bench import grpc_load
+from tests.support import rss_kib
 
 
 def answered(row: dict) -> None:
@@ -27,9 +28,9 @@ def test_thousand_concurrent_calls_complete_and_memory_returns() -> None:
         # about three storms.
         for _ in range(3):
             answered(asyncio.run(grpc_load.storm(address, req, 1000, grpc_load.STORM_DEADLINE_S)))
-        baseline = procs.rss_kib(proc.pid)
+        baseline = rss_kib(proc.pid)
         for _ in range(3):
             answered(asyncio.run(grpc_load.storm(address, req, 1000, grpc_load.STORM_DEADLINE_S)))
         time.sleep(1.0)
-        after = procs.rss_kib(proc.pid)
+        after = rss_kib(proc.pid)
     assert after <= baseline * 1.10, f"RSS grew from {baseline} KiB to {after} KiB"
