@@ -27,6 +27,8 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
+from plnt import contracts
+
 SIZES = ((10, 4, 1), (100, 8, 100), (1000, 8, 100))
 TARGET_S = 0.5  # issue 5: one RunFunction at (1000, 8, 100)
 NODES_PER_POOL = 4
@@ -45,7 +47,7 @@ GPUS = {
 def inference_class(name: str) -> dict[str, Any]:
     count, product, cc, memory = GPUS[name]
     return {
-        "apiVersion": "modelplane.ai/v1alpha1",
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "InferenceClass",
         "metadata": {"name": name},
         "spec": {
@@ -76,7 +78,7 @@ def inference_cluster(index: int, pools: int) -> dict[str, Any]:
         for j in range(pools)
     ]
     return {
-        "apiVersion": "modelplane.ai/v1alpha1",
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "InferenceCluster",
         "metadata": {"name": f"cluster-{index:04d}", "labels": {"modelplane.ai/fleet": "bench"}},
         "spec": {"nodePools": [p | {"nodeCount": NODES_PER_POOL} for p in pool_list]},
@@ -91,7 +93,7 @@ def inference_cluster(index: int, pools: int) -> dict[str, Any]:
 def other_replica(index: int, cluster: dict[str, Any]) -> dict[str, Any]:
     pool = cluster["status"]["pools"][0]["name"]
     return {
-        "apiVersion": "modelplane.ai/v1alpha1",
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "ModelReplica",
         "metadata": {
             "name": f"other-{index}",
@@ -123,7 +125,7 @@ def other_replica(index: int, cluster: dict[str, Any]) -> dict[str, Any]:
 
 def deployment(replicas: int) -> dict[str, Any]:
     return {
-        "apiVersion": "modelplane.ai/v1alpha1",
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "ModelDeployment",
         "metadata": {"name": "bench", "namespace": "bench"},
         "spec": {

@@ -36,13 +36,11 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
-from plnt import binding, conditions, xp
+from plnt import binding, conditions, contracts, xp
 from plnt.models import model_deployment
 from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision
 
-GROUP_VERSION = "modelplane.ai/v1alpha1"
-CANARY_VERDICT_CONTEXT = "plnt.work/canary-verdict"
 GATE_FAILED = "GateFailed"  # ReplicasScheduled: a first rollout failed, nothing is placed
 
 
@@ -58,13 +56,28 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
 
     # --- inputs ---------------------------------------------------------------------------
     clusters = reading.require_all(
-        req, rsp, "inference-clusters", GROUP_VERSION, "InferenceCluster", shape=reading.CLUSTER
+        req,
+        rsp,
+        "inference-clusters",
+        contracts.MODELPLANE_API_VERSION,
+        "InferenceCluster",
+        shape=reading.CLUSTER,
     )
     classes = reading.require_all(
-        req, rsp, "inference-classes", GROUP_VERSION, "InferenceClass", shape=reading.CLASS
+        req,
+        rsp,
+        "inference-classes",
+        contracts.MODELPLANE_API_VERSION,
+        "InferenceClass",
+        shape=reading.CLASS,
     )
     fleet_replicas = reading.require_all(
-        req, rsp, "model-replicas", GROUP_VERSION, rep.MODEL_REPLICA, shape=reading.REPLICA
+        req,
+        rsp,
+        "model-replicas",
+        contracts.MODELPLANE_API_VERSION,
+        rep.MODEL_REPLICA,
+        shape=reading.REPLICA,
     )
     if clusters is None or classes is None or fleet_replicas is None:
         xp.set_conditions(
@@ -83,7 +96,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     own_placed = [scheduler.placed_replica(o) for o in own.values()]
     by_revision = Counter(r.revision for r in own_placed)
     plan = revisions.plan(
-        spec, current, observed_status, by_revision, xp.context(req, CANARY_VERDICT_CONTEXT)
+        spec, current, observed_status, by_revision, xp.context(req, contracts.VERDICT_CONTEXT)
     )
     schedules: dict[str, scheduler.Schedule] = {}
     for rev in sorted(plan.targets, key=lambda r: r == plan.current):  # current last
@@ -322,7 +335,7 @@ def _canary_status(
             "trafficPercent": revisions.traffic_percent(plan, spec),
             "replicas": len(sched.kept) + len(sched.placed),
         }
-    gate = (observed_status.get("canary") or {}).get("gate")
+    gate = contracts.gate_at(observed_status)
     if plan.verdict is not None:
         out["gate"] = dict(plan.verdict)
         out.setdefault("revision", plan.verdict.get("revision"))
@@ -359,27 +372,27 @@ def _scheduled_condition(
 
 def _canary_condition(plan: revisions.Plan) -> xp.Condition:
     run = f" in run {plan.run}" if plan.run else ""
-    if plan.outcome == revisions.ROLLED_BACK and plan.verdict is not None:
+    if plan.outcome == conditions.ROLLED_BACK and plan.verdict is not None:
         return xp.Condition(
             conditions.CANARY,
             False,
-            revisions.ROLLED_BACK,
+            conditions.ROLLED_BACK,
             revisions.rollback_message(plan.verdict),
         )
-    if plan.outcome == revisions.FAILED:
+    if plan.outcome == conditions.FAILED:
         return xp.Condition(
-            conditions.CANARY, False, revisions.FAILED, revisions.failed_message(plan)
+            conditions.CANARY, False, conditions.FAILED, revisions.failed_message(plan)
         )
-    if plan.outcome == revisions.PROMOTED:
+    if plan.outcome == conditions.PROMOTED:
         how = {
             revisions.FIRST_ROLLOUT: f"passed the latency gate{run}; it takes all traffic",
             revisions.BESIDE_STABLE: f"passed the latency gate{run} and is promoted",
             revisions.IN_PLACE: f"passed the latency gate{run} in place; it serves on",
         }[plan.mode or revisions.BESIDE_STABLE]
         return xp.Condition(
-            conditions.CANARY, True, revisions.PROMOTED, f"revision {plan.current} {how}"
+            conditions.CANARY, True, conditions.PROMOTED, f"revision {plan.current} {how}"
         )
-    if plan.outcome == revisions.AWAITING_VERDICT:
+    if plan.outcome == conditions.AWAITING_VERDICT:
         waiting = {
             revisions.FIRST_ROLLOUT: (
                 f"first revision {plan.canary} takes no traffic until the latency gate passes it"
@@ -391,7 +404,7 @@ def _canary_condition(plan: revisions.Plan) -> xp.Condition:
             plan.mode or "",
             f"canary revision {plan.canary} beside stable {plan.stable}; awaiting the latency gate",
         )
-        return xp.Condition(conditions.CANARY, False, revisions.AWAITING_VERDICT, waiting)
+        return xp.Condition(conditions.CANARY, False, conditions.AWAITING_VERDICT, waiting)
     return xp.Condition(
-        conditions.CANARY, True, revisions.STABLE, f"revision {plan.stable} serves all traffic"
+        conditions.CANARY, True, conditions.STABLE, f"revision {plan.stable} serves all traffic"
     )

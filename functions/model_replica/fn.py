@@ -39,10 +39,9 @@ from functions.model_replica.replica import (
     kubernetes_object,
     observed_manifest,
 )
-from plnt import binding, conditions, labels, weights, workload_cluster, xp
+from plnt import binding, conditions, contracts, labels, weights, workload_cluster, xp
 from plnt.models.model_replica import ModelReplicaSpec, check_engines
 
-API_VERSION = "modelplane.ai/v1alpha1"
 CLUSTER_REQUIREMENT = "inference-cluster"
 CACHE_REQUIREMENT = "model-cache"
 
@@ -59,7 +58,12 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     staging.check(spec)
     namespace = meta.get("namespace") or "default"
     clusters = xp.require(
-        req, rsp, CLUSTER_REQUIREMENT, API_VERSION, "InferenceCluster", match_name=spec.cluster_name
+        req,
+        rsp,
+        CLUSTER_REQUIREMENT,
+        contracts.MODELPLANE_API_VERSION,
+        "InferenceCluster",
+        match_name=spec.cluster_name,
     )
     caches: list[dict[str, Any]] | None = []
     if spec.model_cache_ref:
@@ -67,7 +71,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             req,
             rsp,
             CACHE_REQUIREMENT,
-            API_VERSION,
+            contracts.MODELPLANE_API_VERSION,
             "ModelCache",
             match_name=spec.model_cache_ref.name,
             namespace=namespace,

@@ -23,13 +23,13 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, names
+from plnt import binding, contracts, names
 from plnt.reconcile import ledger as ledgers
 from plnt.reconcile.kube import api_map
 
 log = logging.getLogger(__name__)
 
-GROUP, VERSION = "modelplane.ai", "v1alpha1"
+GROUP, VERSION = contracts.MODELPLANE_GROUP, contracts.MODELPLANE_VERSION
 FIELD_MANAGER = "plnt-binder"
 LEDGER_LABEL = "plnt.work/ledger"
 MAX_ATTEMPTS = 8  # per cluster and pass; a conflict means someone else made progress

@@ -22,12 +22,13 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from plnt import contracts
 from plnt.reconcile.decision import Decision, Deployment
 
 log = logging.getLogger(__name__)
 
-GROUP = "modelplane.ai"
-VERSION = "v1alpha1"
+GROUP = contracts.MODELPLANE_GROUP
+VERSION = contracts.MODELPLANE_VERSION
 PLURAL = "modeldeployments"
 KIND = "ModelDeployment"
 ANNOTATION = "plnt.work/autoscale"
