@@ -12,8 +12,9 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import render, runtime, xp
+from plnt import xp
 from plnt.gate.fake_server import Behaviour, FakeServer
+from plnt_host import render, runtime
 
 
 def call_function(

@@ -43,12 +43,12 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import ipaddress
-import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from plnt import binding, capacity, labels, quantity
+from plnt import binding, capacity, fleet, labels
+from plnt.fleet import Cluster, Pool, class_shape, cluster_of
 
 Evaluate = Callable[[str, dict], bool]
 Compile = Callable[[str], object]
@@ -104,21 +104,6 @@ class Engine:
     def cost(self) -> int:
         """Nodes in the old accounting (one per pod): the bench reports it beside devices."""
         return sum(m.pods * self.copies for m in self.members if m.requests is not None)
-
-
-@dataclasses.dataclass(frozen=True)
-class Pool:
-    name: str
-    class_name: str
-    capacity: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Cluster:
-    name: str
-    labels: Mapping[str, str]
-    ready: bool
-    pools: tuple[Pool, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,51 +206,12 @@ def _pod_resources(member: Mapping[str, Any]) -> tuple[int, int]:
             raw = (res.get("requests") or {}).get(key, (res.get("limits") or {}).get(key))
             if raw is None:
                 continue
-            amount = _amount(raw, milli=key == capacity.CPU)
+            amount = fleet.amount(raw, milli=key == capacity.CPU)
             if key == capacity.CPU:
                 cpu += amount
             else:
                 memory += amount
     return cpu, memory
-
-
-def _amount(raw: Any, *, milli: bool) -> int:
-    """A quantity as an integer (millis for CPU), rounded up; 0 if it does not parse (the
-    ModelReplica validation reports it)."""
-    try:
-        value = quantity.parse_quantity(str(raw)).value
-    except (quantity.QuantityError, ValueError):
-        return 0
-    value = value * 1000 if milli else value
-    return max(math.ceil(value), 0)
-
-
-def cluster_of(obj: Mapping[str, Any]) -> Cluster:
-    """An InferenceCluster: Ready condition, labels, and node capacity per pool."""
-    meta = obj.get("metadata") or {}
-    status = obj.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    # A pool without a name cannot be pinned to, so it offers nothing.
-    if status.get("pools"):
-        pools = tuple(
-            Pool(p["name"], p.get("className") or "", int(p.get("nodeCapacity") or 0))
-            for p in status["pools"]
-            if p.get("name")
-        )
-    else:
-        pools = tuple(
-            Pool(
-                p["name"],
-                p.get("className") or "",
-                int(p.get("maxNodeCount") or p.get("nodeCount") or 0),
-            )
-            for p in (obj.get("spec") or {}).get("nodePools") or []
-            if p.get("name")
-        )
-    return Cluster(meta.get("name", ""), meta.get("labels") or {}, ready, pools)
 
 
 def gateway_address(obj: Mapping[str, Any]) -> str | None:
@@ -444,23 +390,6 @@ class Matcher:
                 result = EngineFit(waste, tuple(per_member), tuple(pods))
         self._fits[key] = result
         return result
-
-
-def class_shape(cls: Mapping[str, Any] | None) -> capacity.Shape:
-    """One node of an InferenceClass: its devices by name and, if declared, its CPU and memory."""
-    if cls is None:
-        return capacity.Shape(())
-    spec = cls.get("spec") or {}
-    offers: dict[str, int] = {}
-    for dev in spec.get("devices") or []:
-        key = capacity.device_key(dev.get("name", ""))
-        offers[key] = offers.get(key, 0) + int(dev.get("count") or 1)
-    node = spec.get("nodeResources") or {}
-    if node.get("cpu") is not None:
-        offers[capacity.CPU] = _amount(node["cpu"], milli=True)
-    if node.get("memory") is not None:
-        offers[capacity.MEMORY] = _amount(node["memory"], milli=False)
-    return capacity.Shape(capacity.vector(offers))
 
 
 def _short(expr: str, limit: int = 80) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from plnt import binding, capacity
+from plnt import binding, capacity, fleet
 
 DATA_KEY = "ledger.json"
 
@@ -190,11 +190,9 @@ def pools_of(
     cluster: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, capacity.Pool]:
     """The cluster's pools, empty, as the scheduler counts them (same reading of the status)."""
-    from functions.model_deployment import scheduler  # pure; shared so both count alike
-
-    parsed = scheduler.cluster_of(cluster)
+    parsed = fleet.cluster_of(cluster)
     return {
-        p.name: capacity.Pool(p.capacity, scheduler.class_shape(classes.get(p.class_name)))
+        p.name: capacity.Pool(p.capacity, fleet.class_shape(classes.get(p.class_name)))
         for p in parsed.pools
     }
 

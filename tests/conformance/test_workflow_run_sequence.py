@@ -30,8 +30,9 @@ from typing import Any
 
 import yaml
 
-from plnt import render, xp
+from plnt import xp
 from plnt.gate.fake_server import Behaviour
+from plnt_host import render
 from tests.conformance import crossplane_cli
 from tests.support import serve_in_thread
 

@@ -10,7 +10,8 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.inference_class import fn
-from plnt import runtime, xp
+from plnt import xp
+from plnt_host import runtime
 from tests.support import has_fatal
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.inference_cluster import fn
-from plnt import render, runtime, xp
+from plnt import xp
+from plnt_host import render, runtime
 from tests.support import has_fatal
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -12,7 +12,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_cache import fn
-from plnt import render, weights, xp
+from plnt import weights, xp
+from plnt_host import render
 from tests.support import call_function
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

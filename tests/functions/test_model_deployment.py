@@ -13,8 +13,9 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import fn
-from plnt import binding, render
+from plnt import binding
 from plnt.revision import revision
+from plnt_host import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

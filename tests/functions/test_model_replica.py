@@ -16,7 +16,8 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, serving
-from plnt import binding, labels, render, xp
+from plnt import binding, labels, xp
+from plnt_host import render
 from tests.support import call_function
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

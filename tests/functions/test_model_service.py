@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from functions.model_service import weights
-from plnt import render, xp
+from plnt import xp
+from plnt_host import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples/model-service"

@@ -17,8 +17,9 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.workflow_run import fn, gpu_classes, phases, presets
-from plnt import cel, render, runtime, xp
+from plnt import cel, xp
 from plnt.models import workflow_run
+from plnt_host import render, runtime
 from tests.support import call_function
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ def plnt_command():
     if local.exists():
         return [str(local)]
     found = shutil.which("plnt")
-    return [found] if found else [sys.executable, "-c", "from plnt.cli import main; main()"]
+    return [found] if found else [sys.executable, "-c", "from plnt_host.cli import main; main()"]
 
 
 def plnt_gate(*args, env=None):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from plnt import procs
-from plnt.bench import grpc_load
+from plnt_host import procs
+from plnt_host.bench import grpc_load
 from tests.support import rss_kib
 
 

@@ -9,7 +9,8 @@ import sys
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import render, xp
+from plnt import xp
+from plnt_host import render
 
 PLNT = pathlib.Path(sys.executable).parent / "plnt"
 

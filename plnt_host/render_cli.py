@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from plnt import render, runtime
+from plnt_host import render, runtime
 
 RENDER_API = "render.crossplane.io/v1beta1"
 

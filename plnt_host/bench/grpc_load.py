@@ -24,8 +24,8 @@ import grpc
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from plnt import procs, render
-from plnt.bench.cli import percentile
+from plnt_host import procs, render
+from plnt_host.bench.cli import percentile
 
 FUNCTION = "function-model-replica"
 EXAMPLE = "model-replica-pd"

@@ -8,7 +8,7 @@ deployment (other namespace), which the scheduler must count. The request is bui
 complete with required resources, as the gRPC server hands it to `run_function`; the timing
 covers reading it, scheduling, composing and writing the response.
 
-    python -m plnt.bench_scheduler          # prints one JSON object
+    python -m plnt_host.bench.scheduler          # prints one JSON object
 
 Accounting (issue 15): per size, what the placed replicas take in devices (the scheduler's unit
 now) beside what the old accounting charged them in whole nodes, and how many more 1-GPU
@@ -318,4 +318,4 @@ def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> d
 
 
 if __name__ == "__main__":
-    print(json.dumps(bench(), indent=2))  # noqa: T201
+    print(json.dumps(bench(), indent=2))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from plnt import runtime
+from plnt_host import runtime
 
 SCRIPT = """\
 # bash completion for plnt: source <(plnt completion bash)

@@ -23,12 +23,14 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import binding, runtime, xp
+import plnt
+from plnt import binding, xp
+from plnt_host import runtime
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Shipped inside the package (plnt/compositions links to the repository's compositions/), so
 # render works from an installed wheel as well as from a checkout.
-COMPOSITIONS_DIR = pathlib.Path(__file__).parent / "compositions"
+COMPOSITIONS_DIR = pathlib.Path(plnt.__file__).parent / "compositions"
 MAX_REQUIREMENT_ITERATIONS = 5  # what Crossplane allows before it gives up
 CONDITION_TIME = "2024-01-01T00:00:00Z"  # crossplane render's fixed lastTransitionTime
 COMPOSITE_LABEL = "crossplane.io/composite"

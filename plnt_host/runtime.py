@@ -29,7 +29,8 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from grpc_reflection.v1alpha import reflection
 
 import functions as functions_pkg
-from plnt import trust, xp
+from plnt import xp
+from plnt_host import trust
 
 log = logging.getLogger("plnt.function")
 
@@ -90,7 +91,7 @@ def _plain(run: RunFunction) -> PlainRunFunction | None:
 async def call(
     run: RunFunction, req: fnv1.RunFunctionRequest, name: str
 ) -> fnv1.RunFunctionResponse:
-    """Runs a function on what it may trust of the request (see `plnt.trust`) and guarantees a
+    """Runs a function on what it may trust of the request (see `plnt_host.trust`) and guarantees a
     response: invalid input and bugs become Fatal results. A plain function runs right here."""
     plain = _plain(run)
     if plain is not None:
