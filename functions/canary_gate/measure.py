@@ -42,11 +42,12 @@ class Target:
 
 @dataclasses.dataclass(frozen=True)
 class SmokeTest:
+    """What `spec.canary.smokeTest` asks of every endpoint, and the whole test's deadline. How
+    each endpoint is driven (concurrency, per-request timeout) is this module's, in `_one`."""
+
     prompts: int
     budgets: Budgets
     max_tokens: int = DEFAULT_MAX_TOKENS
-    concurrency: int = DEFAULT_CONCURRENCY
-    request_timeout_s: float = REQUEST_TIMEOUT_S
     deadline_s: float = MEASURE_DEADLINE_S
 
 
@@ -72,8 +73,8 @@ async def _one(target: Target, test: SmokeTest, nonce: str | None) -> Verdict:
             ttft_budget_ms=test.budgets.ttft_ms,
             tpot_budget_ms=test.budgets.tpot_ms,
             max_tokens=test.max_tokens,
-            concurrency=min(test.concurrency, test.prompts),
-            timeout_s=test.request_timeout_s,
+            concurrency=min(DEFAULT_CONCURRENCY, test.prompts),
+            timeout_s=REQUEST_TIMEOUT_S,
             api_key=target.api_key,
         )
         if nonce:  # else the config's own random one

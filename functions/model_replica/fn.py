@@ -42,7 +42,6 @@ from functions.model_replica.replica import (
 from plnt import binding, conditions, contracts, labels, weights, workload_cluster, xp
 from plnt.models.model_replica import ModelReplicaSpec, check_engines
 
-CLUSTER_REQUIREMENT = "inference-cluster"
 CACHE_REQUIREMENT = "model-cache"
 
 
@@ -57,14 +56,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     serving.check_ports(spec)
     staging.check(spec)
     namespace = meta.get("namespace") or "default"
-    clusters = xp.require(
-        req,
-        rsp,
-        CLUSTER_REQUIREMENT,
-        contracts.MODELPLANE_API_VERSION,
-        "InferenceCluster",
-        match_name=spec.cluster_name,
-    )
+    clusters = workload_cluster.pinned_cluster(req, rsp, spec.cluster_name)
     caches: list[dict[str, Any]] | None = []
     if spec.model_cache_ref:
         caches = xp.require(
