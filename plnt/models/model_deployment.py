@@ -97,7 +97,8 @@ class Canary(_Model):
 class Autoscaling(_Model):
     target_tokens_per_second: float = Field(alias="targetTokensPerSecond", gt=0)
     min_replicas: int | None = Field(default=None, alias="minReplicas", ge=0, le=1000)
-    max_replicas: int | None = Field(default=None, alias="maxReplicas", ge=0, le=1000)
+    # required, as by the XRD and the reconciler: an unbounded GPU scale-up is never a default
+    max_replicas: int = Field(alias="maxReplicas", ge=0, le=1000)
 
 
 class ModelDeploymentSpec(_Model):
@@ -132,7 +133,6 @@ def check(spec: ModelDeploymentSpec) -> None:
     if (
         scaling
         and scaling.min_replicas is not None
-        and scaling.max_replicas is not None
         and scaling.min_replicas > scaling.max_replicas
     ):
         raise xp.InvalidInput("spec.autoscaling", "minReplicas must not exceed maxReplicas")
