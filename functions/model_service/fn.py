@@ -281,9 +281,15 @@ def _revisions(deployment: dict[str, Any]) -> dict[str, str]:
 
 
 def _canary_percent(deployment: dict[str, Any]) -> int:
+    """`spec.canary.trafficPercent` within the XRD's bounds (1-100); anything else splits
+    nothing, as no canary would: a share outside them would give the stable endpoints less than
+    none."""
     canary = (deployment.get("spec") or {}).get("canary") or {}
-    value = canary.get("trafficPercent")
-    return int(value) if isinstance(value, int | float) else 0
+    value = canary.get("trafficPercent") if isinstance(canary, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    percent = int(value)
+    return percent if 1 <= percent <= 100 else 0
 
 
 def _target(ep: dict[str, Any]) -> tuple[tuple[str, str | None], str | None]:
