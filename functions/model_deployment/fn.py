@@ -145,6 +145,35 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             )
 
     # --- status ---------------------------------------------------------------------------
+    said = report(spec, plan, schedules, out, observed_status)
+    xp.set_status(rsp, said.status)
+    xp.set_conditions(rsp, *said.conditions)
+    for message in said.warnings:
+        xp.warning(rsp, message)
+    if not said.ready:
+        xp.set_composite_ready(rsp, False)
+    return rsp
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What the XR says of a plan and what composing it found: its status, its conditions and
+    warnings in order, and whether the XR itself may read Ready."""
+
+    status: dict[str, Any]
+    conditions: list[xp.Condition]
+    warnings: list[str]
+    ready: bool
+
+
+def report(
+    spec: ModelDeploymentSpec,
+    plan: revisions.Plan,
+    schedules: dict[str, scheduler.Schedule],
+    out: Composed,
+    observed_status: dict[str, Any],
+) -> Report:
+    """Status and conditions from the plan, the schedules and the composed replicas. Pure."""
     serving = plan.serving
     serving_sched = schedules.get(serving) if serving else None
     total = len(serving_sched.kept) + len(serving_sched.placed) if serving_sched else 0
@@ -157,40 +186,40 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     canary_status = _canary_status(spec, plan, schedules, observed_status)
     if canary_status:
         status["canary"] = canary_status
-    xp.set_status(rsp, status)
 
+    warnings: list[str] = []
     scheduled_cond = _scheduled_condition(spec, plan, schedules)
-    xp.set_conditions(rsp, scheduled_cond)
     if not scheduled_cond.status:
-        xp.warning(rsp, f"{scheduled_cond.reason}: {scheduled_cond.message}")
+        warnings.append(f"{scheduled_cond.reason}: {scheduled_cond.message}")
+    # Ready only once every wanted replica is, and a revision has passed the gate
+    xr_ready = ready >= spec.replicas and plan.stable is not None
+    conds = [scheduled_cond, _ready_condition(spec, ready, out, serving)]
+    if spec.canary is not None or plan.outcome is not None:
+        conds.append(_canary_condition(plan))
+    bound_cond = _bound_condition(schedules)
+    conds.append(bound_cond)
+    if not bound_cond.status:
+        xr_ready = False
+        if bound_cond.reason != binding.AWAITING_BINDING:
+            warnings.append(f"{bound_cond.reason}: {bound_cond.message}")
+    return Report(status, conds, warnings, xr_ready)
+
+
+def _ready_condition(
+    spec: ModelDeploymentSpec, ready: int, out: Composed, serving: str | None
+) -> xp.Condition:
     ready_message = f"{ready} of {spec.replicas} replicas ready"
     if out.degraded:
         ready_message += "; no endpoint while the cluster is degraded: " + ", ".join(out.degraded)
-    if ready < spec.replicas or plan.stable is None:
-        # Ready only once every wanted replica is, and a revision has passed the gate
-        xp.set_composite_ready(rsp, False)
     pulling = out.pulling[serving] if serving else []
     if ready >= spec.replicas and not out.degraded:
-        xp.set_conditions(rsp, conditions.available(conditions.REPLICAS_READY, ready_message))
-    elif ready < spec.replicas and pulling:
+        return conditions.available(conditions.REPLICAS_READY, ready_message)
+    if ready < spec.replicas and pulling:
         ready_message += "; pulling weights: " + ", ".join(sorted(pulling))
-        xp.set_conditions(
-            rsp,
-            conditions.waiting(
-                conditions.REPLICAS_READY, ready_message, reason=conditions.PULLING_WEIGHTS
-            ),
+        return conditions.waiting(
+            conditions.REPLICAS_READY, ready_message, reason=conditions.PULLING_WEIGHTS
         )
-    else:
-        xp.set_conditions(rsp, conditions.waiting(conditions.REPLICAS_READY, ready_message))
-    if spec.canary is not None or plan.outcome is not None:
-        xp.set_conditions(rsp, _canary_condition(plan))
-    bound_cond = _bound_condition(schedules)
-    xp.set_conditions(rsp, bound_cond)
-    if not bound_cond.status:
-        xp.set_composite_ready(rsp, False)
-        if bound_cond.reason != binding.AWAITING_BINDING:
-            xp.warning(rsp, f"{bound_cond.reason}: {bound_cond.message}")
-    return rsp
+    return conditions.waiting(conditions.REPLICAS_READY, ready_message)
 
 
 def _bound_condition(schedules: dict[str, scheduler.Schedule]) -> xp.Condition:

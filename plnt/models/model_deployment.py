@@ -130,9 +130,5 @@ def check(spec: ModelDeploymentSpec) -> None:
                         f"device request names must be unique: {name}",
                     )
     scaling = spec.autoscaling
-    if (
-        scaling
-        and scaling.min_replicas is not None
-        and scaling.min_replicas > scaling.max_replicas
-    ):
+    if scaling and scaling.min_replicas is not None and scaling.min_replicas > scaling.max_replicas:
         raise xp.InvalidInput("spec.autoscaling", "minReplicas must not exceed maxReplicas")
