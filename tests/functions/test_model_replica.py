@@ -676,3 +676,40 @@ def test_a_bound_replica_says_so() -> None:
     assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_TRUE, "Bound")
     assert bound.message == "its devices are committed on cluster eks-l4"
     assert composed(rsp)  # and renders its workloads
+
+
+def test_workloads_condition_says_what_each_engine_waits_for() -> None:
+    done = fn.workloads_condition(2, [], [])
+    assert (done.status, done.reason, done.message) == (
+        True,
+        "Available",
+        "every copy of 2 engine(s) is available",
+    )
+    waiting = fn.workloads_condition(2, ["a waits", "b waits"], [])
+    assert (waiting.status, waiting.reason, waiting.message) == (
+        False,
+        "Waiting",
+        "a waits; b waits",
+    )
+    pulling = fn.workloads_condition(2, ["a stages"], ["a"])
+    assert (pulling.status, pulling.reason) == (False, "PullingWeights")
+
+
+def test_staging_wait_tells_downloading_from_loading() -> None:
+    import types
+
+    from functions.model_replica.staging import Staging
+
+    engine = types.SimpleNamespace(name="llm", copies=2)
+    workload = {"kind": "Deployment", "metadata": {"name": "r-llm"}}
+    stage = Staging(uri="hf://org/model", path="/models/model")
+    loading = fn.staging_wait(engine, workload, stage, staged=True)
+    assert loading == (
+        "engine llm is loading its weights (staged into /models/model): its Deployment r-llm "
+        "has pods, 0/2 copies available"
+    )
+    pulling = fn.staging_wait(engine, workload, stage, staged=False)
+    assert pulling.startswith("engine llm stages its weights from ")
+    assert pulling.endswith(
+        "into /models/model before it starts: its Deployment r-llm has pods, 0/2 copies available"
+    )
