@@ -86,14 +86,13 @@ class Revisions:
 
     stable: str | None = None
     canary: str | None = None
-    present: bool = False  # a status without revisions (restored without it) is not empty
 
     @classmethod
     def of(cls, obj: Mapping[str, Any] | None) -> Revisions:
         value = status_of(obj).get("revisions")
         if not isinstance(value, Mapping):
             return cls()
-        return cls(_text(value.get("stable")) or None, _text(value.get("canary")) or None, True)
+        return cls(_text(value.get("stable")) or None, _text(value.get("canary")) or None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -126,9 +126,7 @@ def derive(
     phase last written (``previous``)."""
     phase = _derive(deployment, service, run)
     gate = contracts.Gate.of(contracts.gate_at(_status(deployment)))
-    passed = gate.passed and (
-        run is None or (_status(deployment).get("canary") or {}).get("run") == run
-    )
+    passed = gate.passed and (run is None or contracts.CanaryStatus.of(deployment).run == run)
     if phase.name in (SMOKE_TESTING, PROMOTING, READY) and previous == PULLING_WEIGHTS:
         return Phase(
             DEPLOYING,
@@ -172,7 +170,7 @@ def _derive(
     if synced.get("status") == "False":
         why = synced.get("message") or synced.get("reason") or "no reason given"
         return Phase(FAILED, f"the ModelDeployment cannot be reconciled: {why}", endpoint)
-    if run is not None and (status.get("canary") or {}).get("run") != run:
+    if run is not None and contracts.CanaryStatus.of(deployment).run != run:
         return Phase(VALIDATING, f"the ModelDeployment has not taken up run {run} yet", endpoint)
     if canary_cond.get("reason") == conditions.FAILED:
         return Phase(FAILED, canary_cond.get("message") or "the smoke test failed", endpoint)

@@ -46,7 +46,7 @@ def test_malformed_status_reads_as_absent_never_raises() -> None:
         revisions = contracts.Revisions.of({"status": status})
         assert (revisions.stable, revisions.canary) == (None, None)
     got = contracts.Revisions.of({"status": {"revisions": {"stable": "a", "canary": "b"}}})
-    assert (got.stable, got.canary, got.present) == ("a", "b", True)
+    assert (got.stable, got.canary) == ("a", "b")
     assert contracts.gate_in({"status": {"canary": "x"}}) is None
     assert contracts.CanaryStatus.of({"status": {"canary": {"run": "r", "gate": PASSED}}}) == (
         contracts.CanaryStatus(run="r", gate=contracts.Gate.of(PASSED))
