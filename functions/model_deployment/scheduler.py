@@ -761,22 +761,13 @@ def _invalid_selectors(spec_engines: Sequence[Mapping[str, Any]], compile_check:
     """Selectors that do not compile, by field path (each distinct expression checked once)."""
     seen: dict[str, str] = {}
     errors = []
-    for e, engine in enumerate(spec_engines):
-        for m, member in enumerate(engine.get("members") or []):
-            devices = (member.get("nodeSelector") or {}).get("devices") or []
-            for d, device in enumerate(devices):
-                for s, sel in enumerate(device.get("selectors") or []):
-                    expr = sel.get("cel") or ""
-                    if expr not in seen:
-                        try:
-                            compile_check(expr)
-                            seen[expr] = ""
-                        except Exception as err:
-                            seen[expr] = str(err)
-                    if seen[expr]:
-                        path = (
-                            f"spec.engines[{e}].members[{m}].nodeSelector.devices[{d}]"
-                            f".selectors[{s}].cel"
-                        )
-                        errors.append(f"{path}: {seen[expr]}")
+    for path, expr in _selector_paths(spec_engines):
+        if expr not in seen:
+            try:
+                compile_check(expr)
+                seen[expr] = ""
+            except Exception as err:
+                seen[expr] = str(err)
+        if seen[expr]:
+            errors.append(f"{path}: {seen[expr]}")
     return "; ".join(errors)
