@@ -35,7 +35,8 @@ QUANTITY = re.compile(
 )
 # A WorkflowRun gpuClass: <vendor domain>/<model>, e.g. amd.com/mi300x.
 GPU_CLASS = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 )
 
 
