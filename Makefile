@@ -16,7 +16,14 @@ test: setup
 	@hack/setup-test.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 	.venv/bin/pytest -n 2 --dist loadgroup -q
+
+## Lint alone: the same checks `make test` runs first.
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 
 ## A live control plane to try plnt on (Crossplane, provider-kubernetes, plnt's functions, a
 ## workload cluster), in a private network namespace, until Ctrl-C. Needs root.

@@ -254,7 +254,7 @@ def wheelhouse() -> pathlib.Path:
 def plnt_wheel(wheels: pathlib.Path) -> pathlib.Path:
     """plnt's own wheel, rebuilt only when its sources change (a build takes seconds)."""
     sources = [ROOT / "pyproject.toml", ROOT / "README.md"]
-    for top in ("plnt", "functions", "compositions"):
+    for top in ("plnt", "plnt_host", "functions", "compositions"):
         sources += [
             p for p in (ROOT / top).rglob("*") if p.is_file() and "__pycache__" not in p.parts
         ]

@@ -312,7 +312,7 @@ class Pool:
                         f"not enough free {describe(k)} (need {v} on one node, "
                         f"{self.free_total(k)} of {self.nodes * per_node} free in the pool)"
                     )
-        total = {}
+        total: dict[str, int] = {}
         for group in pods:
             for k, v in group.demand:
                 total[k] = total.get(k, 0) + v * group.count
@@ -321,8 +321,3 @@ class Pool:
             if free < v:
                 return f"not enough free {describe(k)} (need {v}, free {free})"
         return "its pods do not pack onto the free nodes"
-
-
-def fits_all(pool: Pool, slots: Iterable[Slot]) -> bool:
-    """Whether recorded slots fit a pool (on a copy)."""
-    return not pool.copy().take(slots)

@@ -35,6 +35,12 @@ FAILED = "Failed"  # CanaryGate
 MEASURING = "Measuring"  # CanaryGate
 WAITING_FOR_CANARY = "WaitingForCanary"  # CanaryGate
 NO_CANARY = "NoCanary"  # CanaryGate: no canary revision awaits a verdict
+# Canary (ModelDeployment; the WorkflowRun's phase follows them). FAILED as well: the revision
+# under test failed and there is nothing to roll back to.
+PROMOTED = "Promoted"
+ROLLED_BACK = "RolledBack"
+AWAITING_VERDICT = "AwaitingVerdict"
+STABLE = "Stable"
 
 
 def waiting(typ: str, message: str, reason: str = WAITING) -> Condition:

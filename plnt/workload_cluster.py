@@ -7,6 +7,9 @@ Taints: CoreWeaveCluster taints GPU pools ``modelplane.ai/gpu`` and CPU pools
 seed's cluster is one GPU pool), so everything plnt runs there tolerates all three; a pod that
 must land on one pool says so with its nodeSelector or affinity, never with a toleration.
 
+The cluster itself: a function composing onto one pinned cluster asks for its InferenceCluster
+(`pinned_cluster`) under one requirement name.
+
 Deletes: a Namespace or CRD on a workload cluster may be shared with other replicas or other
 software, or may have existed before plnt (an Existing cluster can be the management cluster
 itself). Objects carrying one are composed with :data:`KEEP_ON_DELETE`: created and updated,
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from plnt import labels
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from plnt import contracts, labels, xp
 
 POOL_TAINTS = (labels.GPU, "nvidia.com/gpu", labels.CPU)
 # Crossplane management policies without Delete: deleting the composite orphans the object.
@@ -27,3 +32,20 @@ KEEP_ON_DELETE = ["Observe", "Create", "Update", "LateInitialize"]
 def pool_tolerations() -> list[dict[str, Any]]:
     """Tolerations (any effect) for every taint plnt's pools may carry."""
     return [{"key": key, "operator": "Exists"} for key in POOL_TAINTS]
+
+
+CLUSTER_REQUIREMENT = "inference-cluster"
+
+
+def pinned_cluster(
+    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, name: str
+) -> list[dict[str, Any]] | None:
+    """Requires the InferenceCluster named `name`; what Crossplane resolved, None if not yet."""
+    return xp.require(
+        req,
+        rsp,
+        CLUSTER_REQUIREMENT,
+        contracts.MODELPLANE_API_VERSION,
+        "InferenceCluster",
+        match_name=name,
+    )

@@ -174,12 +174,6 @@ def compose(
         desired.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
 
 
-def drop(rsp: fnv1.RunFunctionResponse, name: str) -> None:
-    """Removes a desired composed resource; Crossplane deletes what is no longer desired."""
-    if name in rsp.desired.resources:
-        del rsp.desired.resources[name]
-
-
 def set_status(rsp: fnv1.RunFunctionResponse, status: Mapping[str, Any]) -> None:
     """Merges fields into the desired XR status (top-level keys replace)."""
     current = to_dict(rsp.desired.composite.resource)
@@ -228,10 +222,6 @@ def warning(rsp: fnv1.RunFunctionResponse, message: str) -> None:
 
 def fatal(rsp: fnv1.RunFunctionResponse, message: str) -> None:
     response.fatal(rsp, message)
-
-
-def has_fatal(rsp: fnv1.RunFunctionResponse) -> bool:
-    return any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results)
 
 
 def respond(

@@ -11,9 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from plnt import labels, xp
+from plnt import contracts, labels, xp
 
-API_VERSION = "modelplane.ai/v1alpha1"
 MODEL_REPLICA = "ModelReplica"
 MODEL_ENDPOINT = "ModelEndpoint"
 
@@ -53,7 +52,7 @@ def canary_revision(observed_xr: Mapping[str, Any], desired_xr: Mapping[str, Any
 def last_gate(observed_xr: Mapping[str, Any], desired_xr: Mapping[str, Any]) -> dict[str, Any]:
     """`status.canary.gate` as the previous step left it, else as observed."""
     for xr in (desired_xr, observed_xr):
-        gate = ((xr.get("status") or {}).get("canary") or {}).get("gate")
+        gate = contracts.gate_in(xr)
         if isinstance(gate, Mapping):
             return dict(gate)
     return {}

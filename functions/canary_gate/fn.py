@@ -54,7 +54,7 @@ import pydantic
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.canary_gate import canary, inflight, measure
-from plnt import conditions, xp
+from plnt import conditions, contracts, xp
 from plnt.gate import client
 from plnt.gate.verdict import Budgets, Verdict
 from plnt.models.model_deployment import Canary
@@ -63,13 +63,8 @@ from plnt.models.model_endpoint import ModelEndpointSpec
 # Measurements run in the background of the serving process and are shared by its calls
 # (inflight.py): the runtime must not spread this function over worker processes.
 KEEPS_STATE = True
-VERDICT_CONTEXT = "plnt.work/canary-verdict"
-VERDICTS = ("Pass", "Fail")
 WAIT_TTL_S = 15.0  # how soon Crossplane calls again while the canary comes up
 MEASURE_TTL_S = 3.0  # ... while the smoke test runs, and after a verdict (to act on it soon)
-WAITING = "Waiting"
-MEASURING = "Measuring"
-MEASURED = "Measured"
 # This process's smoke tests (one per XR, revision and run), running or finished.
 MEASUREMENTS = inflight.Measurements()
 
@@ -96,9 +91,12 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         _report_idle(rsp, xr, canary.last_gate(xr, desired_xr))
         return rsp
     key = inflight.Key(xr_id(xr), revision, run)
-    known = known_verdict(xp.context(req, VERDICT_CONTEXT), xr, desired_xr, revision, run)
+    observed_gate, desired_gate = contracts.gate_in(xr), contracts.gate_in(desired_xr)
+    context_gate = xp.context(req, contracts.VERDICT_CONTEXT)
+    # context first (e.g. `crossplane render --context-values`), then observed, then desired
+    known = contracts.verdict_on(revision, run, context_gate, observed_gate, desired_gate)
     if known is not None:
-        if known_verdict(None, xr, {}, revision, run) is not None:
+        if contracts.verdict_on(revision, run, observed_gate) is not None:
             MEASUREMENTS.recorded(key)  # the XR's status holds it now
         _write_verdict(rsp, known)
         return rsp
@@ -153,7 +151,11 @@ def gate_status(
     verdict: Verdict, revision: str, run: str | None, endpoints: list[str]
 ) -> dict[str, Any]:
     """What `status.canary.gate` holds once a revision is measured."""
-    gate = verdict.to_status() | {"revision": revision, "endpoints": endpoints, "state": MEASURED}
+    gate = verdict.to_status() | {
+        "revision": revision,
+        "endpoints": endpoints,
+        "state": contracts.MEASURED,
+    }
     if run is not None:
         gate["run"] = run
     return gate
@@ -170,29 +172,6 @@ def smoke_test(spec: Canary) -> measure.SmokeTest:
         budgets=Budgets(st.ttft_budget_ms, st.tpot_budget_ms),
         max_tokens=st.max_tokens or client.DEFAULT_MAX_TOKENS,
     )
-
-
-def known_verdict(
-    context_verdict: Any,
-    observed_xr: Mapping[str, Any],
-    desired_xr: Mapping[str, Any],
-    revision: str,
-    run: str | None = None,
-) -> dict[str, Any] | None:
-    """A verdict on `revision` in `run` someone already has: the context (e.g. `crossplane
-    render --context-values`), the observed XR status, or the previous step's desired status."""
-    candidates = [context_verdict]
-    for xr in (observed_xr, desired_xr):
-        candidates.append(((xr.get("status") or {}).get("canary") or {}).get("gate"))
-    for verdict in candidates:
-        if (
-            isinstance(verdict, Mapping)
-            and verdict.get("revision") == revision
-            and verdict.get("run") == run
-            and verdict.get("verdict") in VERDICTS
-        ):
-            return dict(verdict)
-    return None
 
 
 def _waiting_for(replicas: list[canary.Replica], endpoints: list[canary.Endpoint]) -> str:
@@ -304,7 +283,7 @@ def _set_gate_status(rsp: fnv1.RunFunctionResponse, gate: Mapping[str, Any]) -> 
 
 def _write_verdict(rsp: fnv1.RunFunctionResponse, gate: Mapping[str, Any]) -> None:
     _set_gate_status(rsp, gate)
-    xp.set_context(rsp, VERDICT_CONTEXT, dict(gate))
+    xp.set_context(rsp, contracts.VERDICT_CONTEXT, dict(gate))
     xp.set_conditions(rsp, verdict_condition(gate))
 
 
@@ -312,7 +291,7 @@ def _report_verdict(rsp: fnv1.RunFunctionResponse, gate: Mapping[str, Any]) -> N
     """A verdict just measured: into status, context and condition, with an event."""
     _write_verdict(rsp, gate)
     summary = f"canary revision {gate.get('revision')}: {gate.get('verdict')}: {gate.get('reason')}"
-    (xp.normal if gate.get("verdict") == "Pass" else xp.warning)(rsp, summary)
+    (xp.normal if contracts.Gate.of(gate).passed else xp.warning)(rsp, summary)
     _set_ttl(rsp, MEASURE_TTL_S)  # the schedule step promotes or rolls back on the next call
 
 
@@ -324,7 +303,7 @@ def _wait(
     rsp: fnv1.RunFunctionResponse, revision: str, run: str | None, message: str, reason: str
 ) -> None:
     _set_gate_status(
-        rsp, _in_run({"revision": revision, "state": WAITING, "message": message}, run)
+        rsp, _in_run({"revision": revision, "state": contracts.WAITING, "message": message}, run)
     )
     text = f"canary revision {revision}: {message}"
     xp.set_conditions(rsp, xp.Condition(conditions.CANARY_GATE, None, reason, text))
@@ -342,7 +321,12 @@ def _measuring(
         f"sending {test.prompts} smoke-test prompts to each of {len(endpoints)} canary "
         f"endpoint(s): {', '.join(endpoints)}"
     )
-    gate = {"revision": revision, "state": MEASURING, "message": message, "endpoints": endpoints}
+    gate = {
+        "revision": revision,
+        "state": contracts.MEASURING,
+        "message": message,
+        "endpoints": endpoints,
+    }
     _set_gate_status(rsp, _in_run(gate, run))
     text = f"canary revision {revision}: {message}"
     xp.set_conditions(rsp, xp.Condition(conditions.CANARY_GATE, None, conditions.MEASURING, text))
@@ -352,10 +336,10 @@ def _measuring(
 def _report_idle(
     rsp: fnv1.RunFunctionResponse, xr: Mapping[str, Any], last: Mapping[str, Any]
 ) -> None:
-    if last.get("verdict") in VERDICTS:
+    if contracts.Gate.of(last).decided:
         if isinstance(last.get("revision"), str):
             MEASUREMENTS.recorded(inflight.Key(xr_id(xr), last["revision"], last.get("run")))
-        xp.set_context(rsp, VERDICT_CONTEXT, dict(last))
+        xp.set_context(rsp, contracts.VERDICT_CONTEXT, dict(last))
         xp.set_conditions(rsp, verdict_condition(last))
         return
     message = "no revision awaits a verdict"
@@ -370,7 +354,7 @@ def _set_ttl(rsp: fnv1.RunFunctionResponse, seconds: float) -> None:
 def verdict_condition(gate: Mapping[str, Any]) -> xp.Condition:
     """CanaryGate from a verdict dict: the p95 figures against the budgets (and, on a Fail,
     the reason, which names failed prompts)."""
-    passed = gate.get("verdict") == "Pass"
+    passed = contracts.Gate.of(gate).passed
     word = "passed" if passed else "failed"
     text = f"canary revision {gate.get('revision')} {word} the latency gate: {figures(gate)}"
     if not passed and gate.get("reason"):

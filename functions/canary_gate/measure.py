@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from plnt.gate.client import DEFAULT_CONCURRENCY, DEFAULT_MAX_TOKENS, GateConfig
+from plnt.gate.client import DEFAULT_CONCURRENCY, DEFAULT_MAX_TOKENS, GateConfig, PromptResult
 from plnt.gate.runner import run_gate_async
 from plnt.gate.verdict import Budgets, Percentiles, Verdict, decide
 
@@ -42,11 +42,12 @@ class Target:
 
 @dataclasses.dataclass(frozen=True)
 class SmokeTest:
+    """What `spec.canary.smokeTest` asks of every endpoint, and the whole test's deadline. How
+    each endpoint is driven (concurrency, per-request timeout) is this module's, in `_one`."""
+
     prompts: int
     budgets: Budgets
     max_tokens: int = DEFAULT_MAX_TOKENS
-    concurrency: int = DEFAULT_CONCURRENCY
-    request_timeout_s: float = REQUEST_TIMEOUT_S
     deadline_s: float = MEASURE_DEADLINE_S
 
 
@@ -72,11 +73,12 @@ async def _one(target: Target, test: SmokeTest, nonce: str | None) -> Verdict:
             ttft_budget_ms=test.budgets.ttft_ms,
             tpot_budget_ms=test.budgets.tpot_ms,
             max_tokens=test.max_tokens,
-            concurrency=min(test.concurrency, test.prompts),
-            timeout_s=test.request_timeout_s,
+            concurrency=min(DEFAULT_CONCURRENCY, test.prompts),
+            timeout_s=REQUEST_TIMEOUT_S,
             api_key=target.api_key,
-            **({"nonce": f"{nonce}/{target.endpoint}"} if nonce else {}),
         )
+        if nonce:  # else the config's own random one
+            config = dataclasses.replace(config, nonce=f"{nonce}/{target.endpoint}")
     except ValueError as err:
         return failed(f"cannot smoke-test: {err}", test.budgets)
     return await run_gate_async(config)
@@ -104,7 +106,7 @@ def combine(by_endpoint: Mapping[str, Verdict], budgets: Budgets) -> Verdict:
         verdict = by_endpoint[endpoint]
         if not verdict.passed:
             return dataclasses.replace(verdict, reason=f"endpoint {endpoint}: {verdict.reason}")
-    pooled = []
+    pooled: list[PromptResult] = []
     for endpoint in sorted(by_endpoint):
         offset = len(pooled)
         pooled += [

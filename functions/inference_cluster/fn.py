@@ -38,12 +38,11 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.inference_cluster import resources, stack
-from plnt import conditions, xp
+from plnt import conditions, contracts, xp
 from plnt.models import inference_class, inference_cluster
 from plnt.models.inference_class import InferenceClassSpec
 from plnt.models.inference_cluster import InferenceClusterSpec
 
-CLASS_API = "modelplane.ai/v1alpha1"
 COREWEAVE_CLUSTER = "coreweavecluster"  # composition resource names
 PROVIDER_CONFIGS = {"kubernetes": "providerconfig-kubernetes", "helm": "providerconfig-helm"}
 SECRET_REQUIREMENT = "kubeconfig-secret"  # noqa: S105 (a requirement name, not a secret)
@@ -147,7 +146,7 @@ def require_classes(
             req,
             rsp,
             f"inferenceclass-{class_name}",
-            CLASS_API,
+            contracts.MODELPLANE_API_VERSION,
             "InferenceClass",
             match_name=class_name,
         )

@@ -21,9 +21,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from plnt import conditions, labels, names, weights, workload_cluster, xp
 from plnt.models.model_cache import ModelCacheSpec, Source
 
-API_VERSION = "modelplane.ai/v1alpha1"
 OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
-CLUSTER_REQUIREMENT = "inference-cluster"
 WEIGHTS_STAGED = "WeightsStaged"
 FAILED = "Failed"
 CACHE_MOUNT = "/cache"
@@ -39,9 +37,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     meta = xr.get("metadata") or {}
     spec = xp.parse(ModelCacheSpec, xr.get("spec") or {}, "spec")
     name, namespace = meta["name"], meta.get("namespace") or "default"
-    clusters = xp.require(
-        req, rsp, CLUSTER_REQUIREMENT, API_VERSION, "InferenceCluster", match_name=spec.cluster_name
-    )
+    clusters = workload_cluster.pinned_cluster(req, rsp, spec.cluster_name)
     if clusters is None:
         return rsp
     status = (clusters[0].get("status") or {}) if clusters else {}

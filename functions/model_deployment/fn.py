@@ -36,13 +36,11 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
-from plnt import binding, conditions, xp
+from plnt import binding, conditions, contracts, xp
 from plnt.models import model_deployment
 from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision
 
-GROUP_VERSION = "modelplane.ai/v1alpha1"
-CANARY_VERDICT_CONTEXT = "plnt.work/canary-verdict"
 GATE_FAILED = "GateFailed"  # ReplicasScheduled: a first rollout failed, nothing is placed
 
 
@@ -58,13 +56,28 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
 
     # --- inputs ---------------------------------------------------------------------------
     clusters = reading.require_all(
-        req, rsp, "inference-clusters", GROUP_VERSION, "InferenceCluster", shape=reading.CLUSTER
+        req,
+        rsp,
+        "inference-clusters",
+        contracts.MODELPLANE_API_VERSION,
+        "InferenceCluster",
+        shape=reading.CLUSTER,
     )
     classes = reading.require_all(
-        req, rsp, "inference-classes", GROUP_VERSION, "InferenceClass", shape=reading.CLASS
+        req,
+        rsp,
+        "inference-classes",
+        contracts.MODELPLANE_API_VERSION,
+        "InferenceClass",
+        shape=reading.CLASS,
     )
     fleet_replicas = reading.require_all(
-        req, rsp, "model-replicas", GROUP_VERSION, rep.MODEL_REPLICA, shape=reading.REPLICA
+        req,
+        rsp,
+        "model-replicas",
+        contracts.MODELPLANE_API_VERSION,
+        rep.MODEL_REPLICA,
+        shape=reading.REPLICA,
     )
     if clusters is None or classes is None or fleet_replicas is None:
         xp.set_conditions(
@@ -83,7 +96,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     own_placed = [scheduler.placed_replica(o) for o in own.values()]
     by_revision = Counter(r.revision for r in own_placed)
     plan = revisions.plan(
-        spec, current, observed_status, by_revision, xp.context(req, CANARY_VERDICT_CONTEXT)
+        spec, current, observed_status, by_revision, xp.context(req, contracts.VERDICT_CONTEXT)
     )
     schedules: dict[str, scheduler.Schedule] = {}
     for rev in sorted(plan.targets, key=lambda r: r == plan.current):  # current last
@@ -132,6 +145,35 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             )
 
     # --- status ---------------------------------------------------------------------------
+    said = report(spec, plan, schedules, out, observed_status)
+    xp.set_status(rsp, said.status)
+    xp.set_conditions(rsp, *said.conditions)
+    for message in said.warnings:
+        xp.warning(rsp, message)
+    if not said.ready:
+        xp.set_composite_ready(rsp, False)
+    return rsp
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What the XR says of a plan and what composing it found: its status, its conditions and
+    warnings in order, and whether the XR itself may read Ready."""
+
+    status: dict[str, Any]
+    conditions: list[xp.Condition]
+    warnings: list[str]
+    ready: bool
+
+
+def report(
+    spec: ModelDeploymentSpec,
+    plan: revisions.Plan,
+    schedules: dict[str, scheduler.Schedule],
+    out: Composed,
+    observed_status: dict[str, Any],
+) -> Report:
+    """Status and conditions from the plan, the schedules and the composed replicas. Pure."""
     serving = plan.serving
     serving_sched = schedules.get(serving) if serving else None
     total = len(serving_sched.kept) + len(serving_sched.placed) if serving_sched else 0
@@ -144,40 +186,40 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     canary_status = _canary_status(spec, plan, schedules, observed_status)
     if canary_status:
         status["canary"] = canary_status
-    xp.set_status(rsp, status)
 
+    warnings: list[str] = []
     scheduled_cond = _scheduled_condition(spec, plan, schedules)
-    xp.set_conditions(rsp, scheduled_cond)
     if not scheduled_cond.status:
-        xp.warning(rsp, f"{scheduled_cond.reason}: {scheduled_cond.message}")
+        warnings.append(f"{scheduled_cond.reason}: {scheduled_cond.message}")
+    # Ready only once every wanted replica is, and a revision has passed the gate
+    xr_ready = ready >= spec.replicas and plan.stable is not None
+    conds = [scheduled_cond, _ready_condition(spec, ready, out, serving)]
+    if spec.canary is not None or plan.outcome is not None:
+        conds.append(_canary_condition(plan))
+    bound_cond = _bound_condition(schedules)
+    conds.append(bound_cond)
+    if not bound_cond.status:
+        xr_ready = False
+        if bound_cond.reason != binding.AWAITING_BINDING:
+            warnings.append(f"{bound_cond.reason}: {bound_cond.message}")
+    return Report(status, conds, warnings, xr_ready)
+
+
+def _ready_condition(
+    spec: ModelDeploymentSpec, ready: int, out: Composed, serving: str | None
+) -> xp.Condition:
     ready_message = f"{ready} of {spec.replicas} replicas ready"
     if out.degraded:
         ready_message += "; no endpoint while the cluster is degraded: " + ", ".join(out.degraded)
-    if ready < spec.replicas or plan.stable is None:
-        # Ready only once every wanted replica is, and a revision has passed the gate
-        xp.set_composite_ready(rsp, False)
     pulling = out.pulling[serving] if serving else []
     if ready >= spec.replicas and not out.degraded:
-        xp.set_conditions(rsp, conditions.available(conditions.REPLICAS_READY, ready_message))
-    elif ready < spec.replicas and pulling:
+        return conditions.available(conditions.REPLICAS_READY, ready_message)
+    if ready < spec.replicas and pulling:
         ready_message += "; pulling weights: " + ", ".join(sorted(pulling))
-        xp.set_conditions(
-            rsp,
-            conditions.waiting(
-                conditions.REPLICAS_READY, ready_message, reason=conditions.PULLING_WEIGHTS
-            ),
+        return conditions.waiting(
+            conditions.REPLICAS_READY, ready_message, reason=conditions.PULLING_WEIGHTS
         )
-    else:
-        xp.set_conditions(rsp, conditions.waiting(conditions.REPLICAS_READY, ready_message))
-    if spec.canary is not None or plan.outcome is not None:
-        xp.set_conditions(rsp, _canary_condition(plan))
-    bound_cond = _bound_condition(schedules)
-    xp.set_conditions(rsp, bound_cond)
-    if not bound_cond.status:
-        xp.set_composite_ready(rsp, False)
-        if bound_cond.reason != binding.AWAITING_BINDING:
-            xp.warning(rsp, f"{bound_cond.reason}: {bound_cond.message}")
-    return rsp
+    return conditions.waiting(conditions.REPLICAS_READY, ready_message)
 
 
 def _bound_condition(schedules: dict[str, scheduler.Schedule]) -> xp.Condition:
@@ -322,7 +364,7 @@ def _canary_status(
             "trafficPercent": revisions.traffic_percent(plan, spec),
             "replicas": len(sched.kept) + len(sched.placed),
         }
-    gate = (observed_status.get("canary") or {}).get("gate")
+    gate = contracts.gate_at(observed_status)
     if plan.verdict is not None:
         out["gate"] = dict(plan.verdict)
         out.setdefault("revision", plan.verdict.get("revision"))
@@ -359,27 +401,27 @@ def _scheduled_condition(
 
 def _canary_condition(plan: revisions.Plan) -> xp.Condition:
     run = f" in run {plan.run}" if plan.run else ""
-    if plan.outcome == revisions.ROLLED_BACK and plan.verdict is not None:
+    if plan.outcome == conditions.ROLLED_BACK and plan.verdict is not None:
         return xp.Condition(
             conditions.CANARY,
             False,
-            revisions.ROLLED_BACK,
+            conditions.ROLLED_BACK,
             revisions.rollback_message(plan.verdict),
         )
-    if plan.outcome == revisions.FAILED:
+    if plan.outcome == conditions.FAILED:
         return xp.Condition(
-            conditions.CANARY, False, revisions.FAILED, revisions.failed_message(plan)
+            conditions.CANARY, False, conditions.FAILED, revisions.failed_message(plan)
         )
-    if plan.outcome == revisions.PROMOTED:
+    if plan.outcome == conditions.PROMOTED:
         how = {
             revisions.FIRST_ROLLOUT: f"passed the latency gate{run}; it takes all traffic",
             revisions.BESIDE_STABLE: f"passed the latency gate{run} and is promoted",
             revisions.IN_PLACE: f"passed the latency gate{run} in place; it serves on",
         }[plan.mode or revisions.BESIDE_STABLE]
         return xp.Condition(
-            conditions.CANARY, True, revisions.PROMOTED, f"revision {plan.current} {how}"
+            conditions.CANARY, True, conditions.PROMOTED, f"revision {plan.current} {how}"
         )
-    if plan.outcome == revisions.AWAITING_VERDICT:
+    if plan.outcome == conditions.AWAITING_VERDICT:
         waiting = {
             revisions.FIRST_ROLLOUT: (
                 f"first revision {plan.canary} takes no traffic until the latency gate passes it"
@@ -391,7 +433,7 @@ def _canary_condition(plan: revisions.Plan) -> xp.Condition:
             plan.mode or "",
             f"canary revision {plan.canary} beside stable {plan.stable}; awaiting the latency gate",
         )
-        return xp.Condition(conditions.CANARY, False, revisions.AWAITING_VERDICT, waiting)
+        return xp.Condition(conditions.CANARY, False, conditions.AWAITING_VERDICT, waiting)
     return xp.Condition(
-        conditions.CANARY, True, revisions.STABLE, f"revision {plan.stable} serves all traffic"
+        conditions.CANARY, True, conditions.STABLE, f"revision {plan.stable} serves all traffic"
     )

@@ -7,9 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from functions.model_deployment.scheduler import Placement
-from plnt import binding, capacity, labels, names
+from plnt import binding, capacity, contracts, labels, names
 
-API_VERSION = "modelplane.ai/v1alpha1"
 MODEL_REPLICA = "ModelReplica"
 MODEL_ENDPOINT = "ModelEndpoint"
 OPENAI = "OpenAI"
@@ -88,7 +87,7 @@ def model_replica(
         if spec.get(field) is not None:
             body[field] = copy.deepcopy(spec[field])
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": MODEL_REPLICA,
         "metadata": {
             "name": name,
@@ -116,7 +115,7 @@ def pinned_replica(observed: Mapping[str, Any]) -> dict[str, Any]:
     if kept:
         out_meta["annotations"] = kept
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": MODEL_REPLICA,
         "metadata": out_meta,
         "spec": copy.deepcopy(observed.get("spec") or {}),
@@ -129,7 +128,7 @@ def model_endpoint(
     """The OpenAI base URL of one replica behind its cluster's gateway."""
     path = f"/{namespace}/{replica}"
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": MODEL_ENDPOINT,
         "metadata": {
             "name": replica,

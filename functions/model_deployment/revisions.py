@@ -42,17 +42,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from plnt import conditions, contracts
 from plnt.models.model_deployment import ModelDeploymentSpec
-
-PASS = "Pass"  # noqa: S105 (a verdict, not a password)
-FAIL = "Fail"
-
-# reasons of the Canary condition
-PROMOTED = "Promoted"
-ROLLED_BACK = "RolledBack"
-FAILED = "Failed"  # the revision under test failed and there is nothing to roll back to
-AWAITING_VERDICT = "AwaitingVerdict"
-STABLE = "Stable"
 
 # how the revision under test runs (status.canary.trafficPercent says the same in numbers)
 FIRST_ROLLOUT = "first rollout"
@@ -66,7 +57,7 @@ class Plan:
     stable: str | None  # serves traffic; None until a first revision passes the gate
     canary: str | None  # the revision under test (may equal stable: re-tested in place)
     targets: Mapping[str, int]  # revision -> replicas wanted; absent revisions go
-    outcome: str | None  # PROMOTED, ROLLED_BACK, FAILED, AWAITING_VERDICT or None (steady)
+    outcome: str | None  # a Canary reason (plnt.contracts) or None (steady)
     verdict: Mapping[str, Any] | None  # the gate's verdict on the current revision in this run
     run: str | None = None
     mode: str | None = None  # FIRST_ROLLOUT, BESIDE_STABLE or IN_PLACE: how the test runs
@@ -101,25 +92,6 @@ def remembered_stable(
     return min(running.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
-def gate_verdict(
-    status: Mapping[str, Any],
-    context_verdict: Mapping[str, Any] | None,
-    revision: str,
-    run: str | None = None,
-) -> Mapping[str, Any] | None:
-    """The gate's verdict for `revision` in `run`, from the pipeline context or the observed XR
-    status. A verdict without a run belongs to no run."""
-    for verdict in (context_verdict, (status.get("canary") or {}).get("gate")):
-        if (
-            isinstance(verdict, Mapping)
-            and verdict.get("revision") == revision
-            and verdict.get("run") == run
-            and verdict.get("verdict") in (PASS, FAIL)
-        ):
-            return verdict
-    return None
-
-
 def plan(
     spec: ModelDeploymentSpec,
     current: str,
@@ -132,8 +104,9 @@ def plan(
         return Plan(current, current, None, {current: replicas}, None, None)
     run = spec.canary.run_id
     stable = remembered_stable(status, observed_revisions, current, gated=True)
-    verdict = gate_verdict(status, context_verdict, current, run)
-    passed = verdict is not None and verdict["verdict"] == PASS
+    # the pipeline context first (this reconcile's verdict), then the observed status
+    verdict = contracts.verdict_on(current, run, context_verdict, contracts.gate_at(status))
+    passed = verdict is not None and verdict["verdict"] == contracts.PASS
     failed = verdict is not None and not passed
     every = {current: replicas}
 
@@ -141,22 +114,30 @@ def plan(
         if passed or (verdict is None and run is None):
             return Plan(current, current, None, every, None, verdict, run)
         if failed:
-            return Plan(current, current, None, every, FAILED, verdict, run, IN_PLACE)
-        return Plan(current, current, current, every, AWAITING_VERDICT, None, run, IN_PLACE)
+            return Plan(current, current, None, every, conditions.FAILED, verdict, run, IN_PLACE)
+        return Plan(
+            current, current, current, every, conditions.AWAITING_VERDICT, None, run, IN_PLACE
+        )
 
     if stable is None or observed_revisions.get(stable, 0) == 0:
         if passed:
-            return Plan(current, current, None, every, PROMOTED, verdict, run, FIRST_ROLLOUT)
+            return Plan(
+                current, current, None, every, conditions.PROMOTED, verdict, run, FIRST_ROLLOUT
+            )
         if failed:
-            return Plan(current, None, None, {}, FAILED, verdict, run, FIRST_ROLLOUT)
-        return Plan(current, None, current, every, AWAITING_VERDICT, None, run, FIRST_ROLLOUT)
+            return Plan(current, None, None, {}, conditions.FAILED, verdict, run, FIRST_ROLLOUT)
+        return Plan(
+            current, None, current, every, conditions.AWAITING_VERDICT, None, run, FIRST_ROLLOUT
+        )
 
     if passed:
-        return Plan(current, current, None, every, PROMOTED, verdict, run, BESIDE_STABLE)
+        return Plan(current, current, None, every, conditions.PROMOTED, verdict, run, BESIDE_STABLE)
     if failed:
-        return Plan(current, stable, None, {stable: replicas}, ROLLED_BACK, verdict, run)
+        return Plan(current, stable, None, {stable: replicas}, conditions.ROLLED_BACK, verdict, run)
     targets = {stable: replicas, current: spec.canary.replicas(replicas)}
-    return Plan(current, stable, current, targets, AWAITING_VERDICT, None, run, BESIDE_STABLE)
+    return Plan(
+        current, stable, current, targets, conditions.AWAITING_VERDICT, None, run, BESIDE_STABLE
+    )
 
 
 def traffic_percent(plan: Plan, spec: ModelDeploymentSpec) -> int:

@@ -43,18 +43,16 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import ipaddress
-import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from plnt import binding, capacity, labels, quantity
+from plnt import binding, capacity, fleet, labels
+from plnt.fleet import Cluster, Pool, class_shape, cluster_of
 
 Evaluate = Callable[[str, dict], bool]
 Compile = Callable[[str], object]
 
-NODE_COST_ANNOTATION = binding.LEGACY_NODES  # read from replicas placed before devices counted
-DEMAND_ANNOTATION = binding.DEMAND
 CLAIM_DRA = "DRA"
 MAX_LISTED_CLUSTERS = 10
 SEARCH_BUDGET = 512  # pools tried per (replica, cluster) when engines compete for pools
@@ -106,21 +104,6 @@ class Engine:
     def cost(self) -> int:
         """Nodes in the old accounting (one per pod): the bench reports it beside devices."""
         return sum(m.pods * self.copies for m in self.members if m.requests is not None)
-
-
-@dataclasses.dataclass(frozen=True)
-class Pool:
-    name: str
-    class_name: str
-    capacity: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Cluster:
-    name: str
-    labels: Mapping[str, str]
-    ready: bool
-    pools: tuple[Pool, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,51 +206,12 @@ def _pod_resources(member: Mapping[str, Any]) -> tuple[int, int]:
             raw = (res.get("requests") or {}).get(key, (res.get("limits") or {}).get(key))
             if raw is None:
                 continue
-            amount = _amount(raw, milli=key == capacity.CPU)
+            amount = fleet.amount(raw, milli=key == capacity.CPU)
             if key == capacity.CPU:
                 cpu += amount
             else:
                 memory += amount
     return cpu, memory
-
-
-def _amount(raw: Any, *, milli: bool) -> int:
-    """A quantity as an integer (millis for CPU), rounded up; 0 if it does not parse (the
-    ModelReplica validation reports it)."""
-    try:
-        value = quantity.parse_quantity(str(raw)).value
-    except (quantity.QuantityError, ValueError):
-        return 0
-    value = value * 1000 if milli else value
-    return max(math.ceil(value), 0)
-
-
-def cluster_of(obj: Mapping[str, Any]) -> Cluster:
-    """An InferenceCluster: Ready condition, labels, and node capacity per pool."""
-    meta = obj.get("metadata") or {}
-    status = obj.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    # A pool without a name cannot be pinned to, so it offers nothing.
-    if status.get("pools"):
-        pools = tuple(
-            Pool(p["name"], p.get("className") or "", int(p.get("nodeCapacity") or 0))
-            for p in status["pools"]
-            if p.get("name")
-        )
-    else:
-        pools = tuple(
-            Pool(
-                p["name"],
-                p.get("className") or "",
-                int(p.get("maxNodeCount") or p.get("nodeCount") or 0),
-            )
-            for p in (obj.get("spec") or {}).get("nodePools") or []
-            if p.get("name")
-        )
-    return Cluster(meta.get("name", ""), meta.get("labels") or {}, ready, pools)
 
 
 def gateway_address(obj: Mapping[str, Any]) -> str | None:
@@ -337,7 +281,6 @@ class Matcher:
         self.evaluate = evaluate
         self._cel: dict[tuple[str, str, str], tuple[bool, str]] = {}
         self._fits: dict[tuple[int, str], EngineFit | str] = {}
-        self.cel_evaluations = 0
         # Per expression: devices it was evaluated on, and the last error if it erred on all.
         self._tried: dict[str, int] = {}
         self._erred: dict[str, tuple[int, str]] = {}
@@ -363,7 +306,6 @@ class Matcher:
         key = (expr, class_name, device.get("name", ""))
         hit = self._cel.get(key)
         if hit is None:
-            self.cel_evaluations += 1
             self._tried[expr] = self._tried.get(expr, 0) + 1
             try:
                 hit = (bool(self.evaluate(expr, dict(device))), "")
@@ -430,14 +372,17 @@ class Matcher:
                         break
                     chosen.append(dev)
                     waste += (int(dev.get("count") or 1) - req.count) * member.pods * engine.copies
-                    key = capacity.device_key(dev.get("name", ""))
-                    demand[key] = demand.get(key, 0) + req.count
+                    device = capacity.device_key(dev.get("name", ""))
+                    demand[device] = demand.get(device, 0) + req.count
                 if result:
                     break
                 # CPU and memory count only where the class declares them per node.
-                for key, amount in ((capacity.CPU, member.cpu), (capacity.MEMORY, member.memory)):
-                    if shape.amount(key) and amount:
-                        demand[key] = amount
+                for resource, amount in (
+                    (capacity.CPU, member.cpu),
+                    (capacity.MEMORY, member.memory),
+                ):
+                    if shape.amount(resource) and amount:
+                        demand[resource] = amount
                 per_member.append(tuple(chosen))
                 count = member.pods * engine.copies
                 pods.append(capacity.Pods(count, capacity.vector(demand), member.whole))
@@ -445,23 +390,6 @@ class Matcher:
                 result = EngineFit(waste, tuple(per_member), tuple(pods))
         self._fits[key] = result
         return result
-
-
-def class_shape(cls: Mapping[str, Any] | None) -> capacity.Shape:
-    """One node of an InferenceClass: its devices by name and, if declared, its CPU and memory."""
-    if cls is None:
-        return capacity.Shape(())
-    spec = cls.get("spec") or {}
-    offers: dict[str, int] = {}
-    for dev in spec.get("devices") or []:
-        key = capacity.device_key(dev.get("name", ""))
-        offers[key] = offers.get(key, 0) + int(dev.get("count") or 1)
-    node = spec.get("nodeResources") or {}
-    if node.get("cpu") is not None:
-        offers[capacity.CPU] = _amount(node["cpu"], milli=True)
-    if node.get("memory") is not None:
-        offers[capacity.MEMORY] = _amount(node["memory"], milli=False)
-    return capacity.Shape(capacity.vector(offers))
 
 
 def _short(expr: str, limit: int = 80) -> str:
@@ -554,6 +482,7 @@ class Scheduler:
             fits.sort(key=lambda wpf: (wpf[0], wpf[2].waste, wpf[1].name))
             options.append(fits)
         selective = [o for o in options if o is not None]
+        found: tuple[int, list[tuple[Pool, EngineFit] | None]] | None
         if len(selective) == 1:  # one engine to place: its best pool is the answer
             waste, pool, fit = selective[0][0]
             found = (waste, [(pool, fit) if o is not None else None for o in options])
@@ -832,22 +761,13 @@ def _invalid_selectors(spec_engines: Sequence[Mapping[str, Any]], compile_check:
     """Selectors that do not compile, by field path (each distinct expression checked once)."""
     seen: dict[str, str] = {}
     errors = []
-    for e, engine in enumerate(spec_engines):
-        for m, member in enumerate(engine.get("members") or []):
-            devices = (member.get("nodeSelector") or {}).get("devices") or []
-            for d, device in enumerate(devices):
-                for s, sel in enumerate(device.get("selectors") or []):
-                    expr = sel.get("cel") or ""
-                    if expr not in seen:
-                        try:
-                            compile_check(expr)
-                            seen[expr] = ""
-                        except Exception as err:
-                            seen[expr] = str(err)
-                    if seen[expr]:
-                        path = (
-                            f"spec.engines[{e}].members[{m}].nodeSelector.devices[{d}]"
-                            f".selectors[{s}].cel"
-                        )
-                        errors.append(f"{path}: {seen[expr]}")
+    for path, expr in _selector_paths(spec_engines):
+        if expr not in seen:
+            try:
+                compile_check(expr)
+                seen[expr] = ""
+            except Exception as err:
+                seen[expr] = str(err)
+        if seen[expr]:
+            errors.append(f"{path}: {seen[expr]}")
     return "; ".join(errors)

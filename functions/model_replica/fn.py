@@ -39,11 +39,9 @@ from functions.model_replica.replica import (
     kubernetes_object,
     observed_manifest,
 )
-from plnt import binding, conditions, labels, weights, workload_cluster, xp
-from plnt.models.model_replica import ModelReplicaSpec, check_engines
+from plnt import binding, conditions, contracts, labels, weights, workload_cluster, xp
+from plnt.models.model_replica import ModelReplicaSpec, ReplicaEngine, check_engines
 
-API_VERSION = "modelplane.ai/v1alpha1"
-CLUSTER_REQUIREMENT = "inference-cluster"
 CACHE_REQUIREMENT = "model-cache"
 
 
@@ -58,16 +56,14 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     serving.check_ports(spec)
     staging.check(spec)
     namespace = meta.get("namespace") or "default"
-    clusters = xp.require(
-        req, rsp, CLUSTER_REQUIREMENT, API_VERSION, "InferenceCluster", match_name=spec.cluster_name
-    )
+    clusters = workload_cluster.pinned_cluster(req, rsp, spec.cluster_name)
     caches: list[dict[str, Any]] | None = []
     if spec.model_cache_ref:
         caches = xp.require(
             req,
             rsp,
             CACHE_REQUIREMENT,
-            API_VERSION,
+            contracts.MODELPLANE_API_VERSION,
             "ModelCache",
             match_name=spec.model_cache_ref.name,
             namespace=namespace,
@@ -154,19 +150,10 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
                 match_labels={pods.MEMBERSHIP_LABEL: pods.collection_name(replica, engine)},
                 namespace=namespace,
             )
-            where = f"its {workload['kind']} {workload['metadata']['name']} has pods"
-            if pods.weights_staged(members):
-                waits.append(
-                    f"engine {engine.name} is loading its weights (staged into {stage.path}): "
-                    f"{where}, 0/{engine.copies} copies available"
-                )
-            else:
+            staged = pods.weights_staged(members)
+            waits.append(staging_wait(engine, workload, stage, staged))
+            if not staged:
                 pulling.append(engine.name)
-                waits.append(
-                    f"engine {engine.name} stages its weights from {weights.display(stage.uri)} "
-                    f"into {stage.path} before it starts: {where}, "
-                    f"0/{engine.copies} copies available"
-                )
         elif available < engine.copies:
             waits.append(
                 f"engine {engine.name} waits for its {workload['kind']} "
@@ -185,20 +172,36 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             "engines": engine_status,
         },
     )
+    xp.set_conditions(rsp, workloads_condition(len(spec.engines), waits, pulling))
+    return rsp
+
+
+def staging_wait(
+    engine: ReplicaEngine, workload: dict[str, Any], stage: staging.Staging, staged: bool
+) -> str:
+    """Why an engine whose pods exist has no available copy while its weights are staged:
+    still downloading (not `staged`), or loading what its init container staged."""
+    where = f"its {workload['kind']} {workload['metadata']['name']} has pods"
+    if staged:
+        return (
+            f"engine {engine.name} is loading its weights (staged into {stage.path}): "
+            f"{where}, 0/{engine.copies} copies available"
+        )
+    return (
+        f"engine {engine.name} stages its weights from {weights.display(stage.uri)} "
+        f"into {stage.path} before it starts: {where}, 0/{engine.copies} copies available"
+    )
+
+
+def workloads_condition(engines: int, waits: list[str], pulling: list[str]) -> xp.Condition:
+    """WorkloadsReady: every copy available, else what each engine waits for (PullingWeights
+    while any downloads its weights)."""
     if waits:
         reason = conditions.PULLING_WEIGHTS if pulling else conditions.WAITING
-        xp.set_conditions(
-            rsp, conditions.waiting(conditions.WORKLOADS_READY, "; ".join(waits), reason=reason)
-        )
-    else:
-        xp.set_conditions(
-            rsp,
-            conditions.available(
-                conditions.WORKLOADS_READY,
-                f"every copy of {len(spec.engines)} engine(s) is available",
-            ),
-        )
-    return rsp
+        return conditions.waiting(conditions.WORKLOADS_READY, "; ".join(waits), reason=reason)
+    return conditions.available(
+        conditions.WORKLOADS_READY, f"every copy of {engines} engine(s) is available"
+    )
 
 
 def cluster_problem(name: str, cluster: dict[str, Any] | None) -> str | None:

@@ -63,6 +63,8 @@ def backend_objects(
     """(composition resource suffix, object) for the Service(s) standing for one endpoint."""
     scheme, host, port, _ = target(url, rewrite_path)
     port_spec = {"name": scheme, "port": port, "protocol": "TCP", "appProtocol": scheme}
+    out: list[tuple[str, dict[str, Any]]]
+    svc: dict[str, Any]
     if not is_ip(host):
         svc = {
             "apiVersion": "v1",
@@ -79,7 +81,7 @@ def backend_objects(
             "spec": {"ports": [port_spec]},
         }
         family = "IPv6" if ipaddress.ip_address(host).version == 6 else "IPv4"
-        slice_ = {
+        slice_: dict[str, Any] = {
             "apiVersion": "discovery.k8s.io/v1",
             "kind": "EndpointSlice",
             "metadata": {"name": name, "labels": {"kubernetes.io/service-name": name}},

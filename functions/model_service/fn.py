@@ -35,11 +35,10 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_service import backends, weights
-from plnt import conditions, labels, xp
+from plnt import conditions, contracts, labels, xp
 from plnt.models.model_endpoint import ModelEndpointSpec
 from plnt.models.model_service import ModelServiceSpec
 
-MODELPLANE = "modelplane.ai/v1alpha1"
 ROUTE = "route"
 NOT_ACCEPTED = "NotAccepted"  # Routed reason: the Gateway refuses the route
 ENDPOINTS_REFUSED = "EndpointsRefused"  # Routed reason: endpoints exist, none may get traffic
@@ -199,7 +198,7 @@ def selected_endpoints(
             req,
             rsp,
             f"endpoints-{i}",
-            MODELPLANE,
+            contracts.MODELPLANE_API_VERSION,
             "ModelEndpoint",
             match_labels=group.selector.match_labels,
             namespace=namespace,
@@ -236,7 +235,7 @@ def deployments_of(
             req,
             rsp,
             f"deployment-{dep}",
-            MODELPLANE,
+            contracts.MODELPLANE_API_VERSION,
             "ModelDeployment",
             match_name=dep,
             namespace=namespace,
@@ -261,9 +260,7 @@ def _sorted(found: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
 def _endpoint(ep: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> weights.Endpoint:
     ep_labels = ep["metadata"].get("labels") or {}
     dep = deployment_of(ep)
-    canary_revision = (
-        (deployments.get(dep or "", {}).get("status") or {}).get("revisions") or {}
-    ).get("canary")
+    canary_revision = contracts.Revisions.of(deployments.get(dep or "")).canary
     is_canary = bool(canary_revision) and ep_labels.get(labels.REVISION) == canary_revision
     return weights.Endpoint(ep["metadata"]["name"], dep, is_canary)
 
@@ -274,20 +271,25 @@ def _untested(ep: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> boo
     dep = deployments.get((ep["metadata"].get("labels") or {}).get(labels.DEPLOYMENT) or "")
     if dep is None:
         return False
-    revisions = (dep.get("status") or {}).get("revisions") or {}
-    return not revisions.get("stable")
+    return not contracts.Revisions.of(dep).stable
 
 
 def _revisions(deployment: dict[str, Any]) -> dict[str, str]:
     """A ModelDeployment's stable and canary revisions, as far as it reports them."""
-    revisions = (deployment.get("status") or {}).get("revisions") or {}
-    return {k: v for k in ("stable", "canary") if isinstance(v := revisions.get(k), str) and v}
+    revisions = contracts.Revisions.of(deployment)
+    return {k: v for k, v in (("stable", revisions.stable), ("canary", revisions.canary)) if v}
 
 
 def _canary_percent(deployment: dict[str, Any]) -> int:
+    """`spec.canary.trafficPercent` within the XRD's bounds (1-100); anything else splits
+    nothing, as no canary would: a share outside them would give the stable endpoints less than
+    none."""
     canary = (deployment.get("spec") or {}).get("canary") or {}
-    value = canary.get("trafficPercent")
-    return int(value) if isinstance(value, int | float) else 0
+    value = canary.get("trafficPercent") if isinstance(canary, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    percent = int(value)
+    return percent if 1 <= percent <= 100 else 0
 
 
 def _target(ep: dict[str, Any]) -> tuple[tuple[str, str | None], str | None]:

@@ -30,24 +30,24 @@ Design choices:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.workflow_run import gpu_classes, phases, presets
-from plnt import conditions, labels, xp
+from plnt import conditions, contracts, labels, xp
 from plnt.models.workflow_run import WorkflowRunSpec
 
 DEPLOYMENT = "model-deployment"
 SERVICE = "model-service"
 INFERENCE_CLASSES = "inference-classes"
-MODELPLANE = "modelplane.ai/v1alpha1"
 CROSSPLANE = "crossplane.io/"  # label prefix Crossplane puts on what it composes
 WEIGHTS_PATH = "/models"  # where ModelReplica mounts a ModelCache, too
 # what this function composes under each name: observed objects are trusted only as these
 COMPOSED_KINDS = {
-    DEPLOYMENT: (MODELPLANE, "ModelDeployment"),
-    SERVICE: (MODELPLANE, "ModelService"),
+    DEPLOYMENT: (contracts.MODELPLANE_API_VERSION, "ModelDeployment"),
+    SERVICE: (contracts.MODELPLANE_API_VERSION, "ModelService"),
 }
 
 
@@ -64,7 +64,14 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     observed = xp.observed_resources(req)
     seen_deployment = observed.get(DEPLOYMENT)
     seen_service = observed.get(SERVICE)
-    fleet = xp.require(req, rsp, INFERENCE_CLASSES, MODELPLANE, "InferenceClass", match_labels={})
+    fleet = xp.require(
+        req,
+        rsp,
+        INFERENCE_CLASSES,
+        contracts.MODELPLANE_API_VERSION,
+        "InferenceClass",
+        match_labels={},
+    )
     rsp.requirements.resources[INFERENCE_CLASSES].match_labels.SetInParent()  # every one
 
     try:
@@ -117,7 +124,11 @@ def _refuse(
         if (obj.get("apiVersion"), obj.get("kind")) == COMPOSED_KINDS.get(resource)
     }
     for resource, obj in observed.items():
-        ready = {DEPLOYMENT: phases.serving, SERVICE: phases.routed}.get(resource, xp.is_ready)
+        readiness: dict[str, Callable[[Mapping[str, Any] | None], bool]] = {
+            DEPLOYMENT: phases.serving,
+            SERVICE: phases.routed,
+        }
+        ready = readiness.get(resource, xp.is_ready)
         xp.compose(rsp, resource, carried(obj), ready=ready(obj))
     kept = phases.derive(observed.get(DEPLOYMENT), observed.get(SERVICE)) if observed else None
     message = f"invalid spec: {err}"
@@ -257,7 +268,7 @@ def model_deployment(
             "maxReplicas": spec.replicas.max,
         }
     return {
-        "apiVersion": MODELPLANE,
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "ModelDeployment",
         "metadata": {
             "name": run,
@@ -277,12 +288,11 @@ def model_service(
     promotion changes the ModelService and it re-reads its endpoints at once, not at its next
     poll."""
     annotations = {labels.WORKFLOW_RUN_ID: identity["workflowRunId"]}
-    revisions = ((seen_deployment or {}).get("status") or {}).get("revisions") or {}
-    stable = revisions.get("stable") if isinstance(revisions, dict) else None
-    if isinstance(stable, str) and stable:
+    stable = contracts.Revisions.of(seen_deployment).stable
+    if stable:
         annotations[labels.STABLE_REVISION] = stable
     return {
-        "apiVersion": MODELPLANE,
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "ModelService",
         "metadata": {
             "name": run,

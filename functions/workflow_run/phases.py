@@ -48,7 +48,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from plnt import conditions, xp
+from plnt import conditions, contracts, xp
 
 PENDING = "Pending"
 VALIDATING = "Validating"
@@ -72,11 +72,6 @@ PHASES = (
 )
 
 CANARY = conditions.CANARY
-CANARY_WAITING = frozenset({"AwaitingVerdict", "SmokeTesting"})
-CANARY_PROMOTED = "Promoted"
-CANARY_ROLLED_BACK = "RolledBack"
-CANARY_FAILED = "Failed"
-GATE_WAITING = "Waiting"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +91,7 @@ def _cond(obj: Mapping[str, Any] | None, typ: str) -> dict[str, Any]:
 
 def serving(deployment: Mapping[str, Any] | None) -> bool:
     """A revision has passed the gate and its replicas are all ready."""
-    stable = (_status(deployment).get("revisions") or {}).get("stable")
+    stable = contracts.Revisions.of(deployment).stable
     return bool(stable) and _cond(deployment, conditions.REPLICAS_READY).get("status") == "True"
 
 
@@ -130,10 +125,8 @@ def derive(
     """The phase for a valid spec (Failed on invalid input is decided by the caller), given the
     phase last written (``previous``)."""
     phase = _derive(deployment, service, run)
-    gate = (_status(deployment).get("canary") or {}).get("gate") or {}
-    passed = gate.get("verdict") == "Pass" and (
-        run is None or (_status(deployment).get("canary") or {}).get("run") == run
-    )
+    gate = contracts.Gate.of(contracts.gate_at(_status(deployment)))
+    passed = gate.passed and (run is None or contracts.CanaryStatus.of(deployment).run == run)
     if phase.name in (SMOKE_TESTING, PROMOTING, READY) and previous == PULLING_WEIGHTS:
         return Phase(
             DEPLOYING,
@@ -143,7 +136,7 @@ def derive(
     if phase.name in (PROMOTING, READY) and previous == DEPLOYING and passed:
         return Phase(
             SMOKE_TESTING,
-            f"the latency gate measured revision {gate.get('revision')}: Pass; promoting it",
+            f"the latency gate measured revision {gate.revision}: Pass; promoting it",
             phase.endpoint,
         )
     if phase.name == READY and previous == SMOKE_TESTING:
@@ -166,7 +159,7 @@ def _derive(
     status = _status(deployment)
     revisions = status.get("revisions") or {}
     stable, canary = revisions.get("stable"), revisions.get("canary")
-    gate = (status.get("canary") or {}).get("gate") or {}
+    gate = contracts.Gate.of(contracts.gate_at(status))
     canary_cond = _cond(deployment, CANARY)
     scheduled = _cond(deployment, conditions.REPLICAS_SCHEDULED)
     ready = _cond(deployment, conditions.REPLICAS_READY)
@@ -177,14 +170,14 @@ def _derive(
     if synced.get("status") == "False":
         why = synced.get("message") or synced.get("reason") or "no reason given"
         return Phase(FAILED, f"the ModelDeployment cannot be reconciled: {why}", endpoint)
-    if run is not None and (status.get("canary") or {}).get("run") != run:
+    if run is not None and contracts.CanaryStatus.of(deployment).run != run:
         return Phase(VALIDATING, f"the ModelDeployment has not taken up run {run} yet", endpoint)
-    if canary_cond.get("reason") == CANARY_FAILED:
+    if canary_cond.get("reason") == conditions.FAILED:
         return Phase(FAILED, canary_cond.get("message") or "the smoke test failed", endpoint)
-    if gate.get("verdict") == "Fail" and not stable:
-        why = gate.get("reason", "")
+    if gate.verdict == contracts.FAIL and not stable:
+        why = gate.reason or ""
         return Phase(FAILED, f"the smoke test failed and no stable revision exists: {why}")
-    if canary_cond.get("reason") == CANARY_ROLLED_BACK:
+    if canary_cond.get("reason") == conditions.ROLLED_BACK:
         return Phase(
             ROLLED_BACK, canary_cond.get("message") or "the canary was rolled back", endpoint
         )
@@ -193,11 +186,11 @@ def _derive(
     if scheduled.get("status") == "False":
         why = scheduled.get("message") or scheduled.get("reason") or ""
         return Phase(PENDING, f"replicas are not scheduled yet: {why}".rstrip(": "), endpoint)
-    if canary and canary_cond.get("reason") in CANARY_WAITING:
+    if canary and canary_cond.get("reason") == conditions.AWAITING_VERDICT:
         return _testing(deployment, canary, stable, endpoint)
     replicas_ready = ready.get("status") == "True"
     is_routed = routed(service, deployment)
-    if canary_cond.get("reason") == CANARY_PROMOTED and not (replicas_ready and is_routed):
+    if canary_cond.get("reason") == conditions.PROMOTED and not (replicas_ready and is_routed):
         return Phase(
             PROMOTING, f"revision {stable} passed the gate; shifting traffic to it", endpoint
         )
@@ -220,14 +213,14 @@ def _testing(
     deployment: Mapping[str, Any], canary: str, stable: str | None, endpoint: str | None
 ) -> Phase:
     """A revision awaits the gate: it is coming up (PullingWeights, Deploying) or measured."""
-    gate = (_status(deployment).get("canary") or {}).get("gate") or {}
+    gate = contracts.Gate.of(contracts.gate_at(_status(deployment)))
     ready = _cond(deployment, conditions.REPLICAS_READY)
     gate_cond = _cond(deployment, conditions.CANARY_GATE)
-    measuring = gate.get("state") not in (None, GATE_WAITING) or (
-        not gate and gate_cond.get("reason") in (conditions.MEASURING, conditions.PASSED)
+    measuring = gate.state not in (None, contracts.WAITING) or (
+        not gate.raw and gate_cond.get("reason") in (conditions.MEASURING, conditions.PASSED)
     )
-    if gate.get("revision") not in (None, canary) or not measuring:
-        why = gate.get("message") or gate_cond.get("message") or "its replicas are not ready"
+    if gate.revision not in (None, canary) or not measuring:
+        why = gate.message or gate_cond.get("message") or "its replicas are not ready"
         if not stable and ready.get("reason") == conditions.PULLING_WEIGHTS:
             counts = ready.get("message") or "replicas not ready"
             return Phase(PULLING_WEIGHTS, f"staging model weights: {counts}", endpoint)

@@ -99,14 +99,6 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def unsupported_pairs() -> list[tuple[str, str]]:
-    """(runtime, quantization) pairs no preset can serve; the XRD refuses the same pairs."""
-    every = {q for p in PRESETS.values() for q in p.quantization_args}
-    return sorted(
-        (runtime, q) for runtime, p in PRESETS.items() for q in every - set(p.quantization_args)
-    )
-
-
 def preset_for(runtime: str, quantization: str) -> Preset:
     preset = PRESETS.get(runtime)
     if preset is None:

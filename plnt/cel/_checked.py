@@ -15,7 +15,9 @@ The expression is decoded once into `Node`s and encoded again only when rewritte
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from plnt.cel import _wire as w
 
@@ -33,14 +35,22 @@ _TYPE_FIELDS |= {7: "map", 9: "message", 10: "param", 11: "type", 12: "error", 1
 _WILDCARDS = {"dyn", "param", "error"}
 QUANTITY_TYPE = ("message", "kubernetes.Quantity")
 SEMVER_TYPE = ("message", "kubernetes.Semver")
-_STRING_TYPE = w.encode([[3, w.VARINT, 5]])
-_BOOL_TYPE = w.encode([[3, w.VARINT, 1]])
+_STRING_TYPE = w.encode([w.Field(3, w.VARINT, 5)])
+_BOOL_TYPE = w.encode([w.Field(3, w.VARINT, 1)])
 # Calls whose list and map literal arguments (at any depth) cel-go's validator exempts: the
 # strings extension's format() and cel.@block.
 _EXEMPT_CALLS = {"format", "cel.@block"}
 # Domain lookups (index, optional index, optional selection) -> template name.
 _LOOKUPS = {"_[_]": "lookup", "_[?_]": "optional_lookup", "_?._": "optional_lookup"}
 PLACEHOLDER = "plnt__"  # templates name their operands plnt__a, plnt__b, plnt__m, plnt__k
+
+
+# A node's fields: raw values, child expressions as Nodes, and a struct entry as a list of
+# fields whose key and value are Nodes.
+Leaf: TypeAlias = int | bytes
+Entry: TypeAlias = "list[w.Field[Leaf | Node]]"
+Value: TypeAlias = "Leaf | Node | Entry"
+Body: TypeAlias = "list[w.Field[Value]]"
 
 
 @dataclass
@@ -50,37 +60,43 @@ class Node:
 
     id: int
     kind: int
-    body: list
+    body: Body
 
     @classmethod
     def parse(cls, raw: bytes) -> Node:
-        node_id, kind, body = 0, CONST, []
+        node_id, kind, fields = 0, CONST, w.Fields()
         for number, _, value in w.decode(raw):
             if number == ID:
-                node_id = value
+                node_id = w.as_int(value)
             else:
-                kind, body = number, w.decode(value)
+                kind, fields = number, w.decode(w.as_bytes(value))
         children = _CHILDREN.get(kind, ())
-        for item in body:
-            if item[0] in children:
-                item[2] = cls.parse(item[2])
-            elif kind == STRUCT and item[0] == _STRUCT_ENTRIES:
-                item[2] = w.decode(item[2])
-                for part in item[2]:
-                    if part[0] in (_ENTRY_KEY, _ENTRY_VALUE):
-                        part[2] = cls.parse(part[2])
+        body: Body = []
+        for item in fields:
+            if item.number in children:
+                body.append(w.Field(item.number, item.wire, cls.parse(w.as_bytes(item.value))))
+            elif kind == STRUCT and item.number == _STRUCT_ENTRIES:
+                entry: Entry = [
+                    w.Field(part.number, part.wire, cls.parse(w.as_bytes(part.value)))
+                    if part.number in (_ENTRY_KEY, _ENTRY_VALUE)
+                    else part
+                    for part in w.decode(w.as_bytes(item.value))
+                ]
+                body.append(w.Field(item.number, item.wire, entry))
+            else:
+                body.append(item)
         return cls(node_id, kind, body)
 
     def dump(self) -> bytes:
-        def encode_value(value: object) -> object:
+        def encode_value(value: Value) -> Leaf:
             if isinstance(value, Node):
                 return value.dump()
             if isinstance(value, list):
-                return w.encode([[n, t, encode_value(v)] for n, t, v in value])
+                return w.encode([w.Field(n, t, encode_value(v)) for n, t, v in value])
             return value
 
-        body = w.encode([[n, t, encode_value(v)] for n, t, v in self.body])
-        return w.encode([[ID, w.VARINT, self.id], [self.kind, w.LEN, body]])
+        body = w.encode([w.Field(n, t, encode_value(v)) for n, t, v in self.body])
+        return w.encode([w.Field(ID, w.VARINT, self.id), w.Field(self.kind, w.LEN, body)])
 
     def children(self) -> list[Node]:
         found = []
@@ -91,40 +107,62 @@ class Node:
                 found += [v for _, _, v in value if isinstance(v, Node)]
         return found
 
-    def map_children(self, fn) -> None:
-        for item in self.body:
-            if isinstance(item[2], Node):
-                item[2] = fn(item[2])
-            elif isinstance(item[2], list):
-                for part in item[2]:
-                    if isinstance(part[2], Node):
-                        part[2] = fn(part[2])
+    def map_children(self, fn: Callable[[Node], Node]) -> None:
+        for i, (number, wire, value) in enumerate(self.body):
+            if isinstance(value, Node):
+                self.body[i] = w.Field(number, wire, fn(value))
+            elif isinstance(value, list):
+                for j, (n, t, v) in enumerate(value):
+                    if isinstance(v, Node):
+                        value[j] = w.Field(n, t, fn(v))
 
-    def walk(self):
+    def walk(self) -> Iterator[Node]:
         yield self
         for child in self.children():
             yield from child.walk()
 
-    def get(self, number: int, default: object = None) -> object:
-        return w.first(self.body, number, default)
+    def nodes(self, number: int) -> list[Node]:
+        """The child expressions in field `number` (a repeated field: every one)."""
+        return [v for n, _, v in self.body if n == number and isinstance(v, Node)]
+
+    def child(self, number: int) -> Node | None:
+        found = self.nodes(number)
+        return found[0] if found else None
+
+    def text(self, number: int) -> str:
+        return w.first_bytes(self.body, number).decode()
+
+    def flag(self, number: int) -> bool:
+        return bool(w.first_int(self.body, number))
+
+    def has(self, number: int) -> bool:
+        return any(n == number for n, _, _ in self.body)
 
     def call(self) -> tuple[str, list[Node], Node | None] | None:
         if self.kind != CALL:
             return None
-        args = [v for n, _, v in self.body if n == 3]
-        return self.get(2, b"").decode(), args, self.get(1)
+        return self.text(2), self.nodes(3), self.child(1)
 
     def ident(self) -> str | None:
-        return self.get(1, b"").decode() if self.kind == IDENT else None
+        return self.text(1) if self.kind == IDENT else None
 
     def selection(self) -> tuple[Node, str, bool] | None:
-        if self.kind != SELECT:
+        operand = self.child(1) if self.kind == SELECT else None
+        if operand is None:
             return None
-        return self.get(1), self.get(2, b"").decode(), bool(self.get(3))
+        return operand, self.text(2), self.flag(3)
 
     def string_constant(self) -> str | None:
-        value = self.get(6) if self.kind == CONST else None
-        return None if value is None else value.decode()
+        if self.kind != CONST or not self.has(6):
+            return None
+        return self.text(6)
+
+
+def _entry_node(entry: Entry, number: int) -> Node:
+    for n, _, v in entry:
+        if n == number and isinstance(v, Node):
+            return v
+    raise ValueError(f"a map literal entry without field {number}")
 
 
 @dataclass
@@ -143,27 +181,32 @@ class Checked:
     def of(cls, serialized: bytes) -> Checked:
         envelope = w.decode(serialized)
         tables: dict[int, dict[int, bytes]] = {2: {}, 3: {}}
-        rest, root = [], None
-        for number, wire, value in w.decode(w.first(envelope, 2)):
-            if number in tables:
-                entry = w.decode(value)
-                tables[number][w.signed(w.first(entry, 1, 0))] = w.first(entry, 2, b"")
-            elif number == 4:
-                root = Node.parse(value)
+        rest: w.Fields = []
+        root = None
+        for item in w.decode(w.first_bytes(envelope, 2)):
+            if item.number in tables:
+                entry = w.decode(w.as_bytes(item.value))
+                tables[item.number][w.signed(w.first_int(entry, 1))] = w.first_bytes(entry, 2)
+            elif item.number == 4:
+                root = Node.parse(w.as_bytes(item.value))
             else:
-                rest.append([number, wire, value])
+                rest.append(item)
         root = root or Node(0, CONST, [])
         next_id = max(node.id for node in root.walk()) + 1
         return cls(envelope, rest, tables[2], tables[3], root, next_id)
 
     def serialize(self) -> bytes:
-        fields = [
-            [number, w.LEN, w.encode([[1, w.VARINT, key], [2, w.LEN, value]])]
+        fields: w.Fields = [
+            w.Field(
+                number,
+                w.LEN,
+                w.encode([w.Field(1, w.VARINT, key), w.Field(2, w.LEN, value)]),
+            )
             for number, table in ((2, self.references), (3, self.types))
             for key, value in sorted(table.items())
         ]
-        fields += [[4, w.LEN, self.root.dump()], *self.rest]
-        envelope = [[n, t, w.encode(fields) if n == 2 else v] for n, t, v in self.envelope]
+        fields += [w.Field(4, w.LEN, self.root.dump()), *self.rest]
+        envelope = [w.Field(n, t, w.encode(fields) if n == 2 else v) for n, t, v in self.envelope]
         return w.encode(envelope)
 
     def type_of(self, node: Node) -> tuple:
@@ -182,8 +225,9 @@ class Checked:
     def copy(self, node: Node, source: Checked, values: dict[str, Node] | None = None) -> Node:
         """A deep copy of node (from source) with fresh ids; with values, placeholder
         identifiers are replaced (the first use of a value keeps its ids)."""
-        if values is not None and node.ident() in values:
-            value = values[node.ident()]
+        name = node.ident()
+        if values is not None and name is not None and name in values:
+            value = values[name]
             if value.id in self._placed:
                 return self.copy(value, self)
             self._placed.add(value.id)
@@ -196,13 +240,13 @@ class Checked:
         self._placed = set()
         return self.copy(template.root, template, values)
 
-    def constant(self, field_number: int, value: object, type_bytes: bytes) -> Node:
+    def constant(self, field_number: int, value: Leaf, type_bytes: bytes) -> Node:
         """A new constant (cel.expr.Constant field 2: bool, 6: string)."""
         new = self.next_id
         self.next_id += 1
         self.types[new] = type_bytes
         wire = w.VARINT if isinstance(value, int) else w.LEN
-        return Node(new, CONST, [[field_number, wire, value]])
+        return Node(new, CONST, [w.Field(field_number, wire, value)])
 
 
 def _holds_k8s_values(t: tuple) -> bool:
@@ -219,8 +263,8 @@ def _in_list_of_k8s_values(checked: Checked, element: Node, container: Node) -> 
     return may_be_k8s or _holds_k8s_values(list_type)
 
 
-def _copy_fields(body: list) -> list:
-    return [[n, t, _copy_fields(v) if isinstance(v, list) else v] for n, t, v in body]
+def _copy_fields(body: Body) -> Body:
+    return [w.Field(n, t, list(v) if isinstance(v, list) else v) for n, t, v in body]
 
 
 def result_type(serialized: bytes) -> tuple:
@@ -243,19 +287,19 @@ def parse_type(raw: bytes) -> tuple:
     if kind in ("prim", "wrapper", "well_known"):
         return (kind, value)
     if kind == "message":
-        return ("message", value.decode())
+        return ("message", w.as_bytes(value).decode())
     if kind == "type":
-        return ("type", parse_type(value))
+        return ("type", parse_type(w.as_bytes(value)))
     if kind == "other":
         return ("other", number, value)
-    parts = w.decode(value)
+    parts = w.decode(w.as_bytes(value))
     if kind == "list":
-        return ("list", parse_type(w.first(parts, 1, b"")))
+        return ("list", parse_type(w.first_bytes(parts, 1)))
     if kind == "map":
-        return ("map", parse_type(w.first(parts, 1, b"")), parse_type(w.first(parts, 2, b"")))
+        return ("map", parse_type(w.first_bytes(parts, 1)), parse_type(w.first_bytes(parts, 2)))
     if kind == "abstract":
-        params = tuple(parse_type(p) for p in w.every(parts, 2))
-        return ("abstract", w.first(parts, 1, b"").decode(), *params)
+        params = tuple(parse_type(p) for p in w.every_bytes(parts, 2))
+        return ("abstract", w.first_bytes(parts, 1).decode(), *params)
     return ("other", number, value)  # function types
 
 
@@ -263,7 +307,9 @@ def _literals(node: Node, exempt: bool = False):
     """List and map literal nodes that the homogeneity validator looks at."""
     call = node.call()
     exempt = exempt or (call is not None and call[0] in _EXEMPT_CALLS)
-    if not exempt and (node.kind == LIST or (node.kind == STRUCT and not node.get(1))):
+    if not exempt and (
+        node.kind == LIST or (node.kind == STRUCT and not w.first_bytes(node.body, 1))
+    ):
         yield node
     for child in node.children():
         yield from _literals(child, exempt)
@@ -286,18 +332,19 @@ def homogeneity_error(checked: Checked) -> str | None:
     for node in _literals(checked.root):
         if node.kind == LIST:
             optional = set(_ints(node.body, 2))
-            elements = [v for n, _, v in node.body if n == 1]
+            elements = node.nodes(1)
             types = [
                 _unwrap_optional(checked.type_of(e), i in optional) for i, e in enumerate(elements)
             ]
             if not _all_equivalent(types):
                 return "list literal elements of different types (homogeneous aggregate literals)"
             continue
-        entries = [v for n, _, v in node.body if n == _STRUCT_ENTRIES]
-        keys = [checked.type_of(w.first(e, _ENTRY_KEY)) for e in entries]
+        entries = [v for n, _, v in node.body if n == _STRUCT_ENTRIES and isinstance(v, list)]
+        keys = [checked.type_of(_entry_node(e, _ENTRY_KEY)) for e in entries]
         values = [
             _unwrap_optional(
-                checked.type_of(w.first(e, _ENTRY_VALUE)), bool(w.first(e, _ENTRY_OPTIONAL))
+                checked.type_of(_entry_node(e, _ENTRY_VALUE)),
+                bool(w.first_int(e, _ENTRY_OPTIONAL)),
             )
             for e in entries
         ]
@@ -306,18 +353,18 @@ def homogeneity_error(checked: Checked) -> str | None:
     return None
 
 
-def _ints(body: list, number: int) -> list[int]:
+def _ints(body: Body, number: int) -> list[int]:
     """A repeated int field, packed or not."""
     out = []
     for n, wire, value in body:
         if n != number:
             continue
         if wire == w.VARINT:
-            out.append(value)
+            out.append(w.as_int(value))
             continue
-        pos = 0
-        while pos < len(value):
-            item, pos = w.read_varint(value, pos)
+        packed, pos = w.as_bytes(value), 0
+        while pos < len(packed):
+            item, pos = w.read_varint(packed, pos)
             out.append(item)
     return out
 
@@ -387,9 +434,9 @@ class Rewriter:
         """transformMap / transformMapEntry: the accumulator becomes a list of entries (a
         list grows with `+`, which cel-cpp runs) and one call turns it into the map at the
         end; a repeated key still errors there. The node is changed in place."""
-        accu = node.get(_ACCU_VAR, b"").decode()
-        step, result = node.get(_LOOP_STEP), node.get(_RESULT)
-        if result is None or result.ident() != accu:
+        accu = node.text(_ACCU_VAR)
+        step, result = node.child(_LOOP_STEP), node.child(_RESULT)
+        if step is None or result is None or result.ident() != accu:
             return None
         inserts = {
             n.id
@@ -403,7 +450,7 @@ class Rewriter:
             if target.id not in inserts:
                 target.map_children(replace)
                 return target
-            _, args, _ = target.call()
+            _, args, _ = target.call() or ("", [], None)  # inserts are calls
             if len(args) == 3:
                 values = {PLACEHOLDER + "m": args[0], PLACEHOLDER + "k": args[1]}
                 return checked.instantiate(
@@ -412,14 +459,18 @@ class Rewriter:
             values = {PLACEHOLDER + "m": args[0], PLACEHOLDER + "a": args[1]}
             return checked.instantiate(self.templates["map_insert_entries"], values)
 
-        for item in node.body:
-            if item[0] == _LOOP_STEP:
-                item[2] = replace(item[2])
-            elif item[0] == _ACCU_INIT:
-                item[2] = checked.instantiate(self.templates["map_entries"], {})
-            elif item[0] == _RESULT:
-                values = {PLACEHOLDER + "m": item[2]}
-                item[2] = checked.instantiate(self.templates["map_finish"], values)
+        for i, (number, wire, value) in enumerate(node.body):
+            if number == _LOOP_STEP and isinstance(value, Node):
+                node.body[i] = w.Field(number, wire, replace(value))
+            elif number == _ACCU_INIT:
+                node.body[i] = w.Field(
+                    number, wire, checked.instantiate(self.templates["map_entries"], {})
+                )
+            elif number == _RESULT and isinstance(value, Node):
+                finish = checked.instantiate(
+                    self.templates["map_finish"], {PLACEHOLDER + "m": value}
+                )
+                node.body[i] = w.Field(number, wire, finish)
         return node
 
     def _list_equality(

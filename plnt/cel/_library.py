@@ -16,6 +16,7 @@ import datetime
 from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
+from typing import Protocol, cast
 
 from cel_expr_python import cel
 from google.protobuf import (
@@ -63,14 +64,44 @@ def _descriptor_pool() -> descriptor_pool.DescriptorPool:
     return pool
 
 
+class QuantityFields(Protocol):
+    """What `QuantityMessage` carries (its class is built at run time, so typed here)."""
+
+    plnt_value: str
+    plnt_kind: int
+    plnt_scale: int
+
+    def __init__(self, *, plnt_value: str, plnt_kind: int, plnt_scale: int) -> None: ...
+
+
+class SemverFields(Protocol):
+    """What `SemverMessage` carries."""
+
+    plnt_major: int
+    plnt_minor: int
+    plnt_patch: int
+    plnt_pre: str
+
+    def __init__(
+        self, *, plnt_major: int, plnt_minor: int, plnt_patch: int, plnt_pre: str
+    ) -> None: ...
+
+
 POOL = _descriptor_pool()
-QuantityMessage = message_factory.GetMessageClass(POOL.FindMessageTypeByName("kubernetes.Quantity"))
-SemverMessage = message_factory.GetMessageClass(POOL.FindMessageTypeByName("kubernetes.Semver"))
+# The descriptors above declare exactly the fields of these Protocols.
+QuantityMessage = cast(
+    "type[QuantityFields]",
+    message_factory.GetMessageClass(POOL.FindMessageTypeByName("kubernetes.Quantity")),
+)
+SemverMessage = cast(
+    "type[SemverFields]",
+    message_factory.GetMessageClass(POOL.FindMessageTypeByName("kubernetes.Semver")),
+)
 QUANTITY = cel.Type("kubernetes.Quantity")
 SEMVER = cel.Type("kubernetes.Semver")
 
 
-def quantity_message(value: q.Quantity) -> QuantityMessage:
+def quantity_message(value: q.Quantity) -> QuantityFields:
     """The value plus how Kubernetes stores it (int64Amount scale, or inf.Dec digits), which
     isInteger(), add() and asApproximateFloat() depend on. Equality does not compare
     messages: `==` is rewritten to k8s_equals (plnt/cel/_checked.py)."""
@@ -81,14 +112,14 @@ def quantity_message(value: q.Quantity) -> QuantityMessage:
     return QuantityMessage(plnt_value=str(value.value), plnt_kind=kind, plnt_scale=scale)
 
 
-def quantity_value(message: QuantityMessage) -> q.Quantity:
+def quantity_value(message: QuantityFields) -> q.Quantity:
     value, scale = Fraction(message.plnt_value), message.plnt_scale
     if message.plnt_kind == DECIMAL_AMOUNT:
         return q.Quantity(value, q.DECIMAL_SI, None, scale)
     return q.Quantity(value, q.DECIMAL_SI, (int(value / Fraction(10) ** scale), scale))
 
 
-def semver_message(version: sv.Semver) -> SemverMessage:
+def semver_message(version: sv.Semver) -> SemverFields:
     return SemverMessage(
         plnt_major=version.major,
         plnt_minor=version.minor,
@@ -103,7 +134,7 @@ def _parse_quantity_cached(text: str) -> tuple[str, int, int]:
     return message.plnt_value, message.plnt_kind, message.plnt_scale
 
 
-def _parse_quantity(text: str) -> QuantityMessage:
+def _parse_quantity(text: str) -> QuantityFields:
     value, kind, scale = _parse_quantity_cached(text)
     return QuantityMessage(plnt_value=value, plnt_kind=kind, plnt_scale=scale)
 
@@ -113,7 +144,7 @@ def _quantity_of(value: str, kind: int, scale: int) -> q.Quantity:
     return quantity_value(QuantityMessage(plnt_value=value, plnt_kind=kind, plnt_scale=scale))
 
 
-def _as_integer(message: QuantityMessage) -> int:
+def _as_integer(message: QuantityFields) -> int:
     value, ok = quantity_value(message).as_int64()
     if not ok:
         raise ValueError("cannot convert value to integer")
@@ -121,14 +152,14 @@ def _as_integer(message: QuantityMessage) -> int:
 
 
 def _quantity_op(op: str) -> Callable:
-    def apply(left: QuantityMessage, right: QuantityMessage | int) -> QuantityMessage:
+    def apply(left: QuantityFields, right: QuantityFields | int) -> QuantityFields:
         other = q.from_int(right) if isinstance(right, int) else quantity_value(right)
         return quantity_message(getattr(quantity_value(left), op)(other))
 
     return apply
 
 
-def _qcmp(left: QuantityMessage, right: QuantityMessage) -> int:
+def _qcmp(left: QuantityFields, right: QuantityFields) -> int:
     a = _quantity_of(left.plnt_value, left.plnt_kind, left.plnt_scale)
     return a.compare(_quantity_of(right.plnt_value, right.plnt_kind, right.plnt_scale))
 
@@ -138,7 +169,7 @@ def _semver_of(major: int, minor: int, patch: int, pre: str) -> sv.Semver:
     return sv.parse_semver(f"{major}.{minor}.{patch}" + (f"-{pre}" if pre else ""))
 
 
-def _scmp(left: SemverMessage, right: SemverMessage) -> int:
+def _scmp(left: SemverFields, right: SemverFields) -> int:
     a = _semver_of(left.plnt_major, left.plnt_minor, left.plnt_patch, left.plnt_pre)
     return a.compare(
         _semver_of(right.plnt_major, right.plnt_minor, right.plnt_patch, right.plnt_pre)

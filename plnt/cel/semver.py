@@ -89,7 +89,9 @@ def parse_semver(text: str) -> Semver:
     if len(parts) != 3:
         raise SemverError("No Major.Minor.Patch elements found")
     major, minor = _number(parts[0], "major"), _number(parts[1], "minor")
-    patch_text, build, pre = parts[2], (), ()
+    patch_text = parts[2]
+    build: tuple[str, ...] = ()
+    pre: tuple[str | int, ...] = ()
     if "+" in patch_text:
         patch_text, build_text = patch_text.split("+", 1)
         build = tuple(build_text.split("."))

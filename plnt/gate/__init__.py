@@ -4,8 +4,9 @@
     status = verdict.to_status()   # for an XR's status.canary.gate
 
 Modules: `client` (httpx measuring client), `stream` (SSE/chunk parsing), `verdict` (percentiles
-and the rule), `runner` (entry points), `cli` (`plnt gate`), `fake_server` (a loopback
-vLLM-style server for tests and `plnt bench`), `bench` (the client's own overhead).
+and the rule), `runner` (entry points), `fake_server` (a loopback vLLM-style server for tests
+and `plnt bench`). The `plnt gate` command and the client's benchmark are the host's
+(plnt_host/gate_cli.py, plnt_host/bench/gate.py).
 """
 
 from plnt.gate.client import GateConfig, PromptResult, measure

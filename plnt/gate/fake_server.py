@@ -29,9 +29,7 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -435,23 +433,6 @@ async def _send_error(writer: asyncio.StreamWriter, status: int, kind: str, mess
     """An error shaped like vLLM's ErrorResponse."""
     error = {"message": message, "type": kind, "param": None, "code": status}
     return await _send_json(writer, status, {"error": error})
-
-
-@contextlib.contextmanager
-def serve_in_thread(behaviour: Behaviour, host: str = "127.0.0.1") -> Iterator[FakeServer]:
-    """Run a FakeServer on its own event loop in a daemon thread (for synchronous callers)."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="fake-vllm", daemon=True)
-    thread.start()
-    server = FakeServer(behaviour, host=host)
-    try:
-        asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=10)
-        yield server
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from plnt import contracts
 from plnt.gate.client import PromptResult
 
 # How many failed prompts the reason names before it says "and N more".
@@ -71,7 +72,7 @@ class Verdict:
 
     @property
     def verdict(self) -> str:
-        return "Pass" if self.passed else "Fail"
+        return contracts.PASS if self.passed else contracts.FAIL
 
     @property
     def measured_at_text(self) -> str:

@@ -22,6 +22,7 @@ MAX_POOLS = 8
 MAX_NODES = 1000
 
 NodeCount = Annotated[int, Field(ge=0, le=MAX_NODES)]
+MaxNodeCount = Annotated[int, Field(ge=1, le=MAX_NODES)]  # an autoscaled pool's ceiling
 
 
 _Model = SpecModel
@@ -46,9 +47,7 @@ class NodePool(_Model):
     gpu: Gpu | None = None
     node_count: NodeCount = Field(1, alias="nodeCount")
     min_node_count: NodeCount | None = Field(None, alias="minNodeCount")
-    max_node_count: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = Field(
-        None, alias="maxNodeCount"
-    )
+    max_node_count: MaxNodeCount | None = Field(None, alias="maxNodeCount")
 
     @property
     def autoscaled(self) -> bool:

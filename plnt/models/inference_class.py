@@ -8,15 +8,13 @@ field, never a half-understood class.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from plnt import xp
 from plnt.models.base import SpecModel
 
-# A DRA device attribute holds exactly one of these (resource.k8s.io DeviceAttribute).
-ATTRIBUTE_KINDS = ("string", "int", "bool", "version")
 # Drivers whose devices are GPUs: the DRA convention names GPU drivers gpu.<vendor>.
 GPU_DRIVER_PREFIX = "gpu."
 NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
@@ -35,6 +33,16 @@ SEMVER = re.compile(
 QUANTITY = re.compile(
     r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
 )
+# A WorkflowRun gpuClass: <vendor domain>/<model>, e.g. amd.com/mi300x.
+GPU_CLASS = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+)
+
+
+def _checked(pattern: re.Pattern[str]) -> dict[str, Any]:
+    """A pattern `check` enforces (fullmatch, naming the rule), stated in the JSON schema."""
+    return {"pattern": pattern.pattern}
 
 
 _Model = SpecModel
@@ -61,11 +69,14 @@ class DeviceCapacity(_Model):
 
 
 class Device(_Model):
-    name: str = Field(min_length=1, max_length=63)
+    name: str = Field(min_length=1, max_length=63, json_schema_extra=_checked(DNS_LABEL))
     claim: Literal["DRA", "Synthetic"] = "DRA"
     driver: str = Field(min_length=1, max_length=63)
     device_class_name: str | None = Field(
         default=None, alias="deviceClassName", min_length=1, max_length=253
+    )
+    gpu_class: str | None = Field(
+        default=None, alias="gpuClass", max_length=63, json_schema_extra=_checked(GPU_CLASS)
     )
     count: int = Field(default=1, ge=1, le=128)
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict, max_length=32)
@@ -100,8 +111,8 @@ class Provisioning(_Model):
 class NodeResources(_Model):
     """CPU and memory one node offers engine pods; declared, the scheduler counts them too."""
 
-    cpu: int | str | None = None
-    memory: int | str | None = None
+    cpu: int | str | None = Field(default=None, json_schema_extra=_checked(QUANTITY))
+    memory: int | str | None = Field(default=None, json_schema_extra=_checked(QUANTITY))
 
 
 class InferenceClassSpec(_Model):
@@ -145,6 +156,10 @@ def check(spec: InferenceClassSpec, path: str = "spec") -> None:
         if device.name in seen:
             raise xp.InvalidInput(f"{at}.name", f"duplicate device name {device.name!r}")
         seen.add(device.name)
+        if device.gpu_class is not None and not GPU_CLASS.fullmatch(device.gpu_class):
+            raise xp.InvalidInput(
+                f"{at}.gpuClass", "must be <vendor domain>/<model>, such as amd.com/mi300x"
+            )
         if device.claim == "DRA" and not device.device_class_name:
             raise xp.InvalidInput(f"{at}.deviceClassName", "required when claim is DRA")
         for name, attr in device.attributes.items():

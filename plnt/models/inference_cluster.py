@@ -6,36 +6,40 @@ XRD's CEL rules are repeated in :func:`check`, each raised with the field it is 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from plnt import xp
 from plnt.models.base import SpecModel
 
-POOL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-KUBERNETES_VERSION_PATTERN = r"^[0-9]+\.[0-9]+$"
-DEFAULT_NAMESPACE = "plnt-system"
-MAX_COREWEAVE_POOLS = 8  # what a CoreWeaveCluster takes
-MAX_POOLS = 32
-MAX_NODES = 1000
-MAX_NAME = 40  # the name prefixes composed objects' names and is a label value
+# A CoreWeave source composes a CoreWeaveCluster: its pools, credentials and versions are that
+# kind's.
+from plnt.models.coreweave_cluster import (
+    DEFAULT_KUBERNETES_VERSION,
+    KUBERNETES_VERSION_PATTERN,
+    POOL_NAME_PATTERN,
+    Credentials,
+    MaxNodeCount,
+    NodeCount,
+)
+from plnt.models.coreweave_cluster import MAX_POOLS as MAX_COREWEAVE_POOLS
 
-NodeCount = Annotated[int, Field(ge=0, le=MAX_NODES)]
+DEFAULT_NAMESPACE = "plnt-system"
+MAX_POOLS = 32
+MAX_NAME = 40  # the name prefixes composed objects' names and is a label value
 
 
 _Model = SpecModel
 
 
-class Credentials(_Model):
-    name: str = Field("default", min_length=1, max_length=253)
-    type: Literal["ProviderConfig", "ClusterProviderConfig"] = "ClusterProviderConfig"
-
-
 class CoreWeaveSource(_Model):
     zone: str = Field(min_length=1, max_length=32)
     kubernetes_version: str = Field(
-        "1.37", alias="kubernetesVersion", max_length=16, pattern=KUBERNETES_VERSION_PATTERN
+        DEFAULT_KUBERNETES_VERSION,
+        alias="kubernetesVersion",
+        max_length=16,
+        pattern=KUBERNETES_VERSION_PATTERN,
     )
     credentials: Credentials = Field(default_factory=Credentials)
     namespace: str = Field(
@@ -64,9 +68,7 @@ class NodePool(_Model):
     class_name: str = Field(alias="className", min_length=1, max_length=253)
     node_count: NodeCount = Field(1, alias="nodeCount")
     min_node_count: NodeCount | None = Field(None, alias="minNodeCount")
-    max_node_count: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = Field(
-        None, alias="maxNodeCount"
-    )
+    max_node_count: MaxNodeCount | None = Field(None, alias="maxNodeCount")
 
     @property
     def node_capacity(self) -> int:

@@ -9,6 +9,7 @@ own dicts verbatim (so nothing is lost to a model round trip); these models vali
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field
@@ -56,13 +57,13 @@ class ClusterSelector(_Model):
         default_factory=list, alias="matchExpressions"
     )
 
-    def matches(self, labels: dict[str, str]) -> bool:
+    def matches(self, labels: Mapping[str, str]) -> bool:
         if any(labels.get(k) != v for k, v in self.match_labels.items()):
             return False
         return all(_requirement_holds(r, labels) for r in self.match_expressions)
 
 
-def _requirement_holds(req: LabelSelectorRequirement, labels: dict[str, str]) -> bool:
+def _requirement_holds(req: LabelSelectorRequirement, labels: Mapping[str, str]) -> bool:
     present = req.key in labels
     return {
         "In": present and labels.get(req.key) in req.values,
@@ -96,7 +97,8 @@ class Canary(_Model):
 class Autoscaling(_Model):
     target_tokens_per_second: float = Field(alias="targetTokensPerSecond", gt=0)
     min_replicas: int | None = Field(default=None, alias="minReplicas", ge=0, le=1000)
-    max_replicas: int | None = Field(default=None, alias="maxReplicas", ge=0, le=1000)
+    # required, as by the XRD and the reconciler: an unbounded GPU scale-up is never a default
+    max_replicas: int = Field(alias="maxReplicas", ge=0, le=1000)
 
 
 class ModelDeploymentSpec(_Model):
@@ -128,10 +130,5 @@ def check(spec: ModelDeploymentSpec) -> None:
                         f"device request names must be unique: {name}",
                     )
     scaling = spec.autoscaling
-    if (
-        scaling
-        and scaling.min_replicas is not None
-        and scaling.max_replicas is not None
-        and scaling.min_replicas > scaling.max_replicas
-    ):
+    if scaling and scaling.min_replicas is not None and scaling.min_replicas > scaling.max_replicas:
         raise xp.InvalidInput("spec.autoscaling", "minReplicas must not exceed maxReplicas")

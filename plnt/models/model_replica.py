@@ -41,6 +41,10 @@ ServingMode = Literal["Unified", "PrefillDecode"]
 _Model = NonNullSpecModel
 
 
+# `label_value` enforces LABEL_VALUE; the JSON schema states it (plnt's models against the XRDs).
+LABEL_VALUE_SCHEMA: dict[str, Any] = {"pattern": LABEL_VALUE}
+
+
 def label_value(cls: type, value: str) -> str:
     """A field validator: ``value`` must be a Kubernetes label value (fullmatch, so that a
     trailing newline does not slip past "$")."""
@@ -239,7 +243,9 @@ class MemberBase(_Model):
 class ReplicaMember(MemberBase):
     """A member with the scheduler's placement resolved: its pool and DRA device requests."""
 
-    node_pool_name: str = Field(alias="nodePoolName", min_length=1, max_length=63)
+    node_pool_name: str = Field(
+        alias="nodePoolName", min_length=1, max_length=63, json_schema_extra=LABEL_VALUE_SCHEMA
+    )
     device_requests: list[DeviceRequest] | None = Field(
         default=None, alias="deviceRequests", min_length=1, max_length=16
     )
@@ -251,7 +257,9 @@ MemberT = TypeVar("MemberT", bound=MemberBase)
 
 
 class EngineOf(_Model, Generic[MemberT]):
-    name: str = Field(min_length=1, max_length=63)  # a label value on the engine's pods
+    name: str = Field(  # a label value on the engine's pods
+        min_length=1, max_length=63, json_schema_extra=LABEL_VALUE_SCHEMA
+    )
     _name_is_label_value = field_validator("name")(label_value)
     copies: int = Field(default=1, ge=1, le=64)
     phase: Phase | None = None
@@ -334,8 +342,8 @@ def check_engines(engines: list[EngineOf[Any]], serving: Serving, path: str = "s
                 f"{at}.phase", "phase is only allowed when serving.mode is PrefillDecode"
             )
     if serving.mode == "PrefillDecode":
-        phases = [e.phase for e in engines]
-        if None in phases or sorted(phases) != ["Decode", "Prefill"]:
+        phases = [e.phase for e in engines if e.phase is not None]
+        if len(phases) != len(engines) or sorted(phases) != ["Decode", "Prefill"]:
             raise xp.InvalidInput(
                 f"{path}.engines",
                 "serving.mode PrefillDecode needs every engine to have a phase, "

@@ -23,15 +23,23 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, names
+from plnt import binding, contracts, names
 from plnt.reconcile import ledger as ledgers
+from plnt.reconcile.kube import api_map
 
 log = logging.getLogger(__name__)
 
-GROUP, VERSION = "modelplane.ai", "v1alpha1"
+GROUP, VERSION = contracts.MODELPLANE_GROUP, contracts.MODELPLANE_VERSION
 FIELD_MANAGER = "plnt-binder"
 LEDGER_LABEL = "plnt.work/ledger"
 MAX_ATTEMPTS = 8  # per cluster and pass; a conflict means someone else made progress
+
+
+def _meta(obj: client.V1ConfigMap) -> client.V1ObjectMeta:
+    """Metadata of an object read from the API server, which always sends it."""
+    if obj.metadata is None:
+        raise ValueError("a ConfigMap without metadata from the API server")
+    return obj.metadata
 
 
 def ledger_name(cluster: str) -> str:
@@ -66,7 +74,8 @@ class Binder:
     # --- reads ----------------------------------------------------------------------------
 
     def _list(self, plural: str) -> list[dict[str, Any]]:
-        return self.custom.list_cluster_custom_object(GROUP, VERSION, plural).get("items", [])
+        listed = api_map(self.custom.list_cluster_custom_object(GROUP, VERSION, plural))
+        return listed.get("items", [])
 
     def read_ledgers(self, clusters: set[str]) -> dict[str, tuple[ledgers.Ledger, str | None]]:
         """Every ledger in one list call (a pass costs the same on 1 or 1,000 clusters); a
@@ -82,10 +91,10 @@ class Binder:
             try:
                 parsed = ledgers.Ledger.model_validate_json(raw)
             except ValueError:
-                log.warning("ConfigMap %s is not a ledger; ignored", cm.metadata.name)
+                log.warning("ConfigMap %s is not a ledger; ignored", _meta(cm).name)
                 continue
-            if parsed.cluster in clusters and cm.metadata.name == ledger_name(parsed.cluster):
-                out[parsed.cluster] = (parsed, cm.metadata.resource_version)
+            if parsed.cluster in clusters and _meta(cm).name == ledger_name(parsed.cluster):
+                out[parsed.cluster] = (parsed, _meta(cm).resource_version)
         return out
 
     def read_ledger(self, cluster: str) -> tuple[ledgers.Ledger, str | None]:
@@ -99,8 +108,8 @@ class Binder:
         raw = (cm.data or {}).get(ledgers.DATA_KEY) or "{}"
         parsed = ledgers.Ledger.model_validate_json(raw)
         if parsed.cluster != cluster:
-            raise ValueError(f"ConfigMap {cm.metadata.name} is the ledger of {parsed.cluster!r}")
-        return parsed, cm.metadata.resource_version
+            raise ValueError(f"ConfigMap {_meta(cm).name} is the ledger of {parsed.cluster!r}")
+        return parsed, _meta(cm).resource_version
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -122,7 +131,7 @@ class Binder:
                 )
             else:
                 self.core.replace_namespaced_config_map(
-                    body.metadata.name, self.namespace, body, field_manager=FIELD_MANAGER
+                    ledger_name(state.cluster), self.namespace, body, field_manager=FIELD_MANAGER
                 )
         except ApiException as err:
             if err.status == 409:  # Conflict (stale resourceVersion) or AlreadyExists

@@ -22,12 +22,13 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from plnt import contracts
 from plnt.reconcile.decision import Decision, Deployment
 
 log = logging.getLogger(__name__)
 
-GROUP = "modelplane.ai"
-VERSION = "v1alpha1"
+GROUP = contracts.MODELPLANE_GROUP
+VERSION = contracts.MODELPLANE_VERSION
 PLURAL = "modeldeployments"
 KIND = "ModelDeployment"
 ANNOTATION = "plnt.work/autoscale"
@@ -37,6 +38,13 @@ FIELD_MANAGER = "plnt-reconciler"
 
 class InvalidAutoscalingError(ValueError):
     pass
+
+
+def api_map(value: object) -> dict[str, Any]:
+    """A custom-object call's answer: the client types it as `object`, the API sends a map."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object from the API server, got {type(value).__name__}")
+    return value
 
 
 def autoscaled(md: dict[str, Any], replicas: int) -> Deployment | None:
@@ -59,7 +67,7 @@ def autoscaled(md: dict[str, Any], replicas: int) -> Deployment | None:
         problems.append(f"maxReplicas must be an integer >= 0, got {high!r}")
     elif isinstance(low, int) and low > high:
         problems.append(f"minReplicas {low} is above maxReplicas {high}")
-    if problems:
+    if problems or not isinstance(high, int):  # the second test narrows: problems holds why
         raise InvalidAutoscalingError("; ".join(problems))
     canary = ((md.get("status") or {}).get("revisions") or {}).get("canary") or ""
     return Deployment(
@@ -115,7 +123,7 @@ class Kube:
         return (self.group, self.version, namespace, PLURAL, name)
 
     def list_model_deployments(self) -> tuple[list[dict[str, Any]], str]:
-        body = self.custom.list_cluster_custom_object(self.group, self.version, PLURAL)
+        body = api_map(self.custom.list_cluster_custom_object(self.group, self.version, PLURAL))
         return body.get("items", []), body.get("metadata", {}).get("resourceVersion", "")
 
     def watch_model_deployments(
@@ -134,15 +142,19 @@ class Kube:
     def read_scale(self, namespace: str, name: str) -> Scale:
         if self.scale_subresource:
             try:
-                body = self.custom.get_namespaced_custom_object_scale(*self._args(namespace, name))
+                body = api_map(
+                    self.custom.get_namespaced_custom_object_scale(*self._args(namespace, name))
+                )
             except ApiException as err:
                 if err.status != 404:
                     raise
-                body = self.custom.get_namespaced_custom_object(*self._args(namespace, name))
+                body = api_map(
+                    self.custom.get_namespaced_custom_object(*self._args(namespace, name))
+                )
                 self.scale_subresource = False  # the object is there, its /scale is not
                 log.info("no scale subresource on %s: writing spec.replicas directly", PLURAL)
         else:
-            body = self.custom.get_namespaced_custom_object(*self._args(namespace, name))
+            body = api_map(self.custom.get_namespaced_custom_object(*self._args(namespace, name)))
         return Scale(
             int((body.get("spec") or {}).get("replicas") or 0),
             body.get("metadata", {}).get("resourceVersion", ""),
@@ -158,7 +170,7 @@ class Kube:
             if self.scale_subresource
             else self.custom.patch_namespaced_custom_object
         )
-        out = patch(*self._args(namespace, name), body, field_manager=FIELD_MANAGER)
+        out = api_map(patch(*self._args(namespace, name), body, field_manager=FIELD_MANAGER))
         return int((out.get("spec") or {}).get("replicas") or 0)
 
     def annotate(self, namespace: str, name: str, decision: Decision) -> None:
@@ -207,10 +219,6 @@ def api_error(err: Exception) -> str:
             detail = ""
         return f"HTTP {err.status} {err.reason or ''}: {detail}".strip()
     return f"{type(err).__name__}: {err}"
-
-
-def is_conflict(err: Exception) -> bool:
-    return isinstance(err, ApiException) and err.status == 409
 
 
 class ModelDeploymentCache:

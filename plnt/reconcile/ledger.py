@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from plnt import binding, capacity
+from plnt import binding, capacity, fleet
 
 DATA_KEY = "ledger.json"
 
@@ -154,20 +154,20 @@ def decide(
         if r.key in entries:
             continue
         # A refused replica is tried again: until its ModelDeployment releases it, it waits.
-        why, slots = _pack(accounts, r.state.demand)
-        if slots is None:
+        why, placed = _pack(accounts, r.state.demand)
+        if placed is None:
             refused[r.key] = why
             continue
-        entries[r.key] = Entry(uid=r.uid, digest=r.state.digest, slots=capacity.slots_json(slots))
+        entries[r.key] = Entry(uid=r.uid, digest=r.state.digest, slots=capacity.slots_json(placed))
         changed = True
 
     annotate: dict[str, dict[str, str | None]] = {}
     for r in replicas:
         writes: dict[str, str | None] = {}
-        entry = entries.get(r.key)
-        if entry is not None:
+        held = entries.get(r.key)
+        if held is not None:
             bound.append(r.key)
-            value = binding.binding_json(entry.digest, ledger.cluster, entry.parsed_slots())
+            value = binding.binding_json(held.digest, ledger.cluster, held.parsed_slots())
             if r.binding_annotation != value:
                 writes[binding.BINDING] = value
             if r.refused_annotation:
@@ -190,11 +190,9 @@ def pools_of(
     cluster: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, capacity.Pool]:
     """The cluster's pools, empty, as the scheduler counts them (same reading of the status)."""
-    from functions.model_deployment import scheduler  # pure; shared so both count alike
-
-    parsed = scheduler.cluster_of(cluster)
+    parsed = fleet.cluster_of(cluster)
     return {
-        p.name: capacity.Pool(p.capacity, scheduler.class_shape(classes.get(p.class_name)))
+        p.name: capacity.Pool(p.capacity, fleet.class_shape(classes.get(p.class_name)))
         for p in parsed.pools
     }
 
@@ -235,17 +233,20 @@ def _pack(
     out: dict[str, tuple[capacity.Slot, ...]] = {}
     for pool in sorted(demand):
         account = accounts.get(pool)
-        why = "" if account is not None else f"pool {pool} is not on the cluster"
-        slots = account.pack(demand[pool]) if account is not None else None
+        if account is None:
+            return _undo(done, f"pool {pool} is not on the cluster")
+        slots = account.pack(demand[pool])
         if slots is None:
-            for a, s in done:
-                a.release(s)
-            if account is not None:
-                why = f"pool {pool}: {account.shortfall(demand[pool])}"
-            return why, None
+            return _undo(done, f"pool {pool}: {account.shortfall(demand[pool])}")
         done.append((account, slots))
         out[pool] = tuple(slots)
     return "", out
+
+
+def _undo(done: list[tuple[capacity.Pool, list[capacity.Slot]]], why: str) -> tuple[str, None]:
+    for account, slots in done:
+        account.release(slots)
+    return why, None
 
 
 class _Closed(capacity.Pool):
@@ -254,10 +255,10 @@ class _Closed(capacity.Pool):
     def __init__(self, pool: capacity.Pool):
         self.__dict__.update(pool.copy().__dict__)
 
-    def pack(self, pods):  # type: ignore[override]
+    def pack(self, pods: Sequence[capacity.Pods]) -> list[capacity.Slot] | None:
         return None
 
-    def shortfall(self, pods) -> str:  # type: ignore[override]
+    def shortfall(self, pods: Sequence[capacity.Pods]) -> str:
         return "over-committed (it shrank after replicas were bound): nothing new binds"
 
 

@@ -72,8 +72,8 @@ def test_an_expression_needing_no_rewrite_keeps_the_compiled_program():
 def test_wire_format_round_trips_byte_for_byte():
     serialized = cel.compile('[1, 2].exists(x, x > 1) && {"a": -1}["a"] < 0').program.serialize()
     assert _wire.encode(_wire.decode(serialized)) == serialized
-    assert _checked.Checked.of(serialized).root.dump() == _wire.first(
-        _wire.decode(_wire.first(_wire.decode(serialized), 2)), 4
+    assert _checked.Checked.of(serialized).root.dump() == _wire.first_bytes(
+        _wire.decode(_wire.first_bytes(_wire.decode(serialized), 2)), 4
     )
 
 

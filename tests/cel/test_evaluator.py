@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from plnt import cel
-from plnt.cel_bench import DEVICE
+from plnt_host.bench.cel import DEVICE
 
 # The benchmark's device, plus an attribute under another domain.
 H100 = {
@@ -100,7 +100,7 @@ def test_numeric_equality_across_types_stays_a_compile_error():
 
 
 def test_bench_reports_each_timing():
-    from plnt.cel_bench import bench
+    from plnt_host.bench.cel import bench
 
     figures = bench(rounds=20)
     timings = {k: v for k, v in figures.items() if k.endswith("_s")}

@@ -6,7 +6,7 @@ import pathlib
 import subprocess
 from typing import Any
 
-from plnt import render
+from plnt_host import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SHARED_CRDS = REPO.parent / "shared" / "crds"

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import yaml
 
-from plnt import procs, runtime
+from plnt_host import procs, runtime
 
 free_port = procs.free_port
 wait_ready = procs.wait_ready

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from plnt import render
+from plnt_host import render
 from tests.k8svalidate import runner
 from tests.reconcile import apiserver
 

@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from plnt import render
+from plnt_host import render
 from tests.conformance import crossplane_cli
 from tests.k8svalidate import runner
 

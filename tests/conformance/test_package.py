@@ -10,7 +10,7 @@ import tomllib
 
 import yaml
 
-from plnt import render, runtime
+from plnt_host import render, runtime
 from tests.conformance import crossplane_cli
 
 REPO = crossplane_cli.REPO

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from plnt import render, xp
+from plnt import xp
+from plnt_host import render
 from tests.conformance import crossplane_cli
 
 REPO = crossplane_cli.REPO

@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from plnt import render
+from plnt_host import render
 from tests.conformance import crossplane_cli
 from tests.conformance.test_render import composition_file, normalise
 

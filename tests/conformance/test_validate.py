@@ -8,7 +8,8 @@ import pytest
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import render, xp
+from plnt import xp
+from plnt_host import render
 from tests.conformance import crossplane_cli
 
 REPO = crossplane_cli.REPO

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from plnt import render
+from plnt_host import render
 from tests.conformance import crossplane_cli
 
 REPO = crossplane_cli.REPO

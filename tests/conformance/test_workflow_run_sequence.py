@@ -30,9 +30,11 @@ from typing import Any
 
 import yaml
 
-from plnt import render, xp
-from plnt.gate.fake_server import Behaviour, serve_in_thread
+from plnt import xp
+from plnt.gate.fake_server import Behaviour
+from plnt_host import render
 from tests.conformance import crossplane_cli
+from tests.support import serve_in_thread
 
 REPO = crossplane_cli.REPO
 COMPOSITIONS = REPO / "compositions"

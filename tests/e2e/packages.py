@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 import yaml
 
-from plnt import procs as plnt_procs
+from plnt_host import procs as plnt_procs
 from tests.e2e import images, kube
 from tests.e2e.stack import CROSSPLANE_NAMESPACE, TOOL_CRDS, ControlPlane, _now
 from tests.reconcile.apiserver import REPO, TOOLS, free_port

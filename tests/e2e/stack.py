@@ -35,8 +35,8 @@ import tempfile
 import time
 from typing import Any
 
-from plnt import procs as plnt_procs
-from plnt import runtime
+from plnt_host import procs as plnt_procs
+from plnt_host import runtime
 from tests.e2e import kube, netns
 from tests.e2e.images import ImageFunctions
 from tests.e2e.kube import CA, APIServer, Processes, wait_for

@@ -14,7 +14,7 @@ import subprocess
 
 import yaml
 
-from plnt import procs
+from plnt_host import procs
 from tests.e2e import fleet, live
 from tests.e2e.stack import REPO
 from tests.reconcile import engines as metrics_engines

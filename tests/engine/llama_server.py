@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from plnt import procs, render
+from plnt_host import procs, render
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # hack/install-llama-server.sh builds this version
 BINARY = render.REPO_ROOT / ".tools" / "bin" / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}"

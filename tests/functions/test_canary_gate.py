@@ -29,8 +29,10 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import json_format
 
 from functions.canary_gate import canary, fn, inflight
-from plnt import binding, procs, render, runtime, xp
-from plnt.gate.fake_server import Behaviour, FakeServer, serve_in_thread
+from plnt import binding, contracts, xp
+from plnt.gate.fake_server import Behaviour, FakeServer
+from plnt_host import procs, render, runtime
+from tests.support import has_fatal, serve_in_thread
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BASE_XR = yaml.safe_load((REPO / "examples" / "deploy-qwen3-8b" / "xr.yaml").read_text())
@@ -116,7 +118,7 @@ def run(req: fnv1.RunFunctionRequest, required: list[dict] = ()) -> fnv1.RunFunc
     previous = None
     for _ in range(5):
         rsp = runtime.call_sync(fn.run_function, req, "function-canary-gate")
-        assert not xp.has_fatal(rsp), [r.message for r in rsp.results]
+        assert not has_fatal(rsp), [r.message for r in rsp.results]
         wanted = dict(rsp.requirements.resources)
         if wanted == previous or not wanted:
             return rsp
@@ -138,7 +140,9 @@ def measured(req: fnv1.RunFunctionRequest, required: list[dict] = ()) -> fnv1.Ru
     assert measuring["state"] == "Measuring", measuring
     assert condition(first).reason == "Measuring"
     assert ttl_seconds(first) == fn.MEASURE_TTL_S
-    passed_on = xp.context(fnv1.RunFunctionRequest(context=first.context), fn.VERDICT_CONTEXT)
+    passed_on = xp.context(
+        fnv1.RunFunctionRequest(context=first.context), contracts.VERDICT_CONTEXT
+    )
     assert (passed_on or {}).get("revision") != measuring["revision"]  # no verdict yet
     assert fn.MEASUREMENTS.wait(timeout=60)
     return run(req, required)
@@ -215,7 +219,7 @@ def test_waits_for_ready_canary_replicas_and_an_endpoint(observed: list, message
     assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, "WaitingForCanary")
     assert message in cond.message
     assert ttl_seconds(rsp) == fn.WAIT_TTL_S
-    assert fn.VERDICT_CONTEXT not in rsp.context.fields
+    assert contracts.VERDICT_CONTEXT not in rsp.context.fields
 
 
 def test_waits_for_a_desired_canary_replica_not_yet_observed(server: FakeServer) -> None:
@@ -242,7 +246,10 @@ def test_ready_canary_and_fast_server_pass_into_status_and_context(server: FakeS
     assert [p["outcome"] for p in verdict["prompts"]] == ["ok", "ok", "ok"]
     assert [p["tokens"] for p in verdict["prompts"]] == [8, 8, 8]
     assert set(verdict["ttftMs"]) == {"p50", "p95"}
-    assert xp.context(fnv1.RunFunctionRequest(context=rsp.context), fn.VERDICT_CONTEXT) == verdict
+    assert (
+        xp.context(fnv1.RunFunctionRequest(context=rsp.context), contracts.VERDICT_CONTEXT)
+        == verdict
+    )
     cond = condition(rsp)
     assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_TRUE, "Passed")
     assert "(budget 5000 ms)" in cond.message and "(budget 1000 ms)" in cond.message
@@ -490,7 +497,7 @@ def test_observed_verdict_is_carried_forward_without_measuring(closed_url: str) 
     observed_status["canary"] = {"revision": CANARY, "gate": OBSERVED_PASS}
     rsp = run(request(xr(status=observed_status), canary_at(closed_url)))
     assert gate(rsp) == OBSERVED_PASS  # a measurement of the closed port would have failed
-    assert xp.context(fnv1.RunFunctionRequest(context=rsp.context), fn.VERDICT_CONTEXT) == (
+    assert xp.context(fnv1.RunFunctionRequest(context=rsp.context), contracts.VERDICT_CONTEXT) == (
         OBSERVED_PASS
     )
     cond = condition(rsp)
@@ -504,7 +511,7 @@ def test_observed_verdict_is_carried_forward_without_measuring(closed_url: str) 
 
 def test_verdict_in_the_context_is_honoured(closed_url: str) -> None:
     failed = OBSERVED_PASS | {"verdict": "Fail", "reason": "p95 TTFT 400 ms > budget 250 ms"}
-    context = {fn.VERDICT_CONTEXT: failed}
+    context = {contracts.VERDICT_CONTEXT: failed}
     rsp = run(request(xr(), canary_at(closed_url), context=context))
     assert gate(rsp) == failed
     assert condition(rsp).reason == "Failed"
@@ -512,7 +519,7 @@ def test_verdict_in_the_context_is_honoured(closed_url: str) -> None:
 
 def test_verdict_for_another_revision_is_not_carried(server: FakeServer) -> None:
     stale = OBSERVED_PASS | {"revision": "3333333333", "verdict": "Fail"}
-    rsp = measured(request(xr(), canary_at(server.url), context={fn.VERDICT_CONTEXT: stale}))
+    rsp = measured(request(xr(), canary_at(server.url), context={contracts.VERDICT_CONTEXT: stale}))
     assert gate(rsp)["verdict"] == "Pass"
     assert gate(rsp)["revision"] == CANARY
     assert len(server.requests) == 3
@@ -661,7 +668,7 @@ def test_pipeline_measures_a_ready_canary_and_the_schedule_step_promotes_it() ->
     assert (gate_status["revision"], gate_status["trafficPercent"]) == (revision, 10)
     assert conditions_of(measured)["Canary"] == ("False", "AwaitingVerdict")
     assert conditions_of(measured)["CanaryGate"] == ("True", "Passed")
-    assert measured.context[fn.VERDICT_CONTEXT] == gate_status["gate"]
+    assert measured.context[contracts.VERDICT_CONTEXT] == gate_status["gate"]
 
     promoted = reconcile(next_xr(changed, measured), observed)  # no server: nothing measured
     assert promoted.xr["status"]["revisions"] == {"stable": revision}
@@ -811,7 +818,7 @@ def test_canary_examples_render_through_both_steps(
     out = render.render(scenario)
     assert out.xr["status"]["canary"]["gate"] == observed_gate  # carried, not re-measured
     assert observed_gate["verdict"] == verdict
-    assert out.context[fn.VERDICT_CONTEXT] == observed_gate
+    assert out.context[contracts.VERDICT_CONTEXT] == observed_gate
     assert conditions_of(out)["Canary"] == canary_condition
     assert conditions_of(out)["CanaryGate"] == gate_condition
     kept = revisions["canary"] if verdict == "Pass" else revisions["stable"]

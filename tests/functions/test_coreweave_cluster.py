@@ -19,7 +19,8 @@ from google.protobuf import json_format
 
 from functions.coreweave_cluster import fn
 from functions.coreweave_cluster import resources as r
-from plnt import conditions, labels, runtime, xp
+from plnt import conditions, labels, xp
+from plnt_host import runtime
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SEED = REPO / "examples" / "coreweave-cluster"

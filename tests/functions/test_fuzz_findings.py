@@ -13,7 +13,7 @@ from functions.model_deployment import scheduler
 from functions.model_replica import replica as model_replica_objects
 from functions.model_replica import workloads
 from functions.model_service import backends
-from plnt import render, xp
+from plnt import xp
 from plnt.models import (
     coreweave_cluster,
     inference_class,
@@ -22,6 +22,7 @@ from plnt.models import (
     model_endpoint,
     model_replica,
 )
+from plnt_host import render
 
 CLASS = {
     "devices": [

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from plnt import render, xp
+from plnt import xp
+from plnt_host import render
 
 CATALOGUE = render.compositions()
 SCENARIOS = {

@@ -10,7 +10,9 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.inference_class import fn
-from plnt import runtime, xp
+from plnt import xp
+from plnt_host import runtime
+from tests.support import has_fatal
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CLASSES = {
@@ -107,7 +109,7 @@ def gpu_by_type_attribute(spec: dict) -> None:
 )
 def test_usable_class_status(xr: dict, gpu: bool, devices: list, message: str) -> None:
     rsp = run(xr)
-    assert not xp.has_fatal(rsp)
+    assert not has_fatal(rsp)
     assert status(rsp) == {"gpu": gpu, "devices": devices}
     usable = condition(rsp, "Usable")
     assert usable.status == fnv1.STATUS_CONDITION_TRUE
@@ -151,3 +153,26 @@ def test_invalid_class_is_fatal_and_not_usable(change, field: str) -> None:
     assert usable.status == fnv1.STATUS_CONDITION_FALSE
     assert usable.reason == "InvalidSpec"
     assert field in usable.message
+
+
+@pytest.mark.parametrize(
+    ("gpu_class", "error"),
+    [
+        ("amd.com/mi300x", None),
+        ("mi300x", "spec.devices[0].gpuClass: must be <vendor domain>/<model>"),
+        ("AMD.com/MI300X", "spec.devices[0].gpuClass: must be <vendor domain>/<model>"),
+        ("a.com/" + "x" * 60, "spec.devices[0].gpuClass"),  # past the XRD's maxLength 63
+    ],
+)
+def test_a_device_gpu_class_is_checked_as_the_xrd_does(gpu_class: str, error: str | None) -> None:
+    from plnt.models import inference_class
+
+    path = REPO / "examples/inference-cluster-existing/required/inferenceclass.yaml"
+    doc = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "InferenceClass")
+    spec = copy.deepcopy(doc["spec"])
+    spec["devices"][0]["gpuClass"] = gpu_class
+    if error is None:
+        assert inference_class.parse(spec).devices[0].gpu_class == gpu_class
+        return
+    with pytest.raises(xp.InvalidInput, match="^" + error.replace(".", r"\.").replace("[", r"\[")):
+        inference_class.parse(spec)

@@ -13,7 +13,9 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.inference_cluster import fn
-from plnt import render, runtime, xp
+from plnt import xp
+from plnt_host import render, runtime
+from tests.support import has_fatal
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 COREWEAVE = render.load_scenario(REPO / "examples" / "inference-cluster-coreweave")
@@ -496,7 +498,7 @@ def test_bad_input_composes_nothing_and_names_the_missing_thing(
     assert condition(rsp, "StackReady").message == f"blocked: {message}"
     assert [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING] == [message]
     assert "providerConfigRef" not in status(rsp)
-    assert not xp.has_fatal(rsp)
+    assert not has_fatal(rsp)
 
 
 def test_bad_input_keeps_what_exists_and_adds_nothing() -> None:

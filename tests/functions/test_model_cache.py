@@ -12,7 +12,9 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_cache import fn
-from plnt import render, weights, xp
+from plnt import weights, xp
+from plnt_host import render
+from tests.support import call_function
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE = render.load_scenario(REPO / "examples" / "model-cache")
@@ -20,7 +22,7 @@ CACHE = render.load_scenario(REPO / "examples" / "model-cache")
 
 def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
     """Calls the function until its requirements are stable, answering them from `required`."""
-    return render.call_function(fn.run_function, xr, required, observed, "function-model-cache")
+    return call_function(fn.run_function, xr, required, observed, "function-model-cache")
 
 
 def manifests(rsp: fnv1.RunFunctionResponse) -> dict[str, dict]:

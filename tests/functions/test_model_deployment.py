@@ -13,8 +13,9 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import fn
-from plnt import binding, render
+from plnt import binding
 from plnt.revision import revision
+from plnt_host import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -450,3 +451,29 @@ def test_an_over_committed_replica_is_reported_on_its_deployment() -> None:
     assert (cond["status"], cond["reason"]) == ("False", "OverCommitted")
     assert f"{victim}: pool h100: 1 of its 1 pods no longer fit" in cond["message"]
     assert victim in of_kind(again, "ModelReplica")  # reported, not evicted
+
+
+def test_report_of_a_first_rollout_awaiting_its_verdict() -> None:
+    """The status stage alone, on a plan and schedules, with no render: nothing serves yet, so
+    the XR is not Ready, the Canary condition awaits the gate and no warning is raised."""
+    from collections import Counter
+
+    from functions.model_deployment import revisions, scheduler
+    from plnt.models.model_deployment import ModelDeploymentSpec
+
+    raw = scenario("deploy-canary").xr["spec"]
+    spec = ModelDeploymentSpec.model_validate(raw)
+    plan = revisions.plan(spec, "rev-1", {}, Counter())
+    assert (plan.outcome, plan.mode) == ("AwaitingVerdict", revisions.FIRST_ROLLOUT)
+    unplaced = scheduler.Schedule([], [], [], spec.replicas, scheduler.SCHEDULED, "")
+    said = fn.report(spec, plan, {"rev-1": unplaced}, fn.Composed(), {})
+    assert said.status["replicas"] == {"total": 0, "ready": 0}
+    assert said.status["revisions"] == {"canary": "rev-1"}
+    assert [(c.type, c.status, c.reason) for c in said.conditions] == [
+        ("ReplicasScheduled", True, "Scheduled"),
+        ("ReplicasReady", False, "Waiting"),
+        ("Canary", False, "AwaitingVerdict"),
+        ("ReplicasBound", True, said.conditions[-1].reason),
+    ]
+    assert said.conditions[1].message == f"0 of {spec.replicas} replicas ready"
+    assert (said.warnings, said.ready) == ([], False)

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from functions.model_deployment import revisions
-from plnt import render
 from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision
+from plnt_host import render
 from tests.functions.test_model_deployment import (
     SCHEDULE_ONLY,
     as_observed,

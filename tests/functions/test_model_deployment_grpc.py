@@ -8,7 +8,8 @@ import grpc
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from plnt import bench_scheduler, procs, runtime
+from plnt_host import procs, runtime
+from plnt_host.bench import scheduler as bench_scheduler
 
 # What a real InferenceCluster carries beside its spec (last-applied annotation, managed fields).
 PADDING = "x" * 5000

@@ -10,7 +10,8 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_endpoint import fn
-from plnt import runtime, xp
+from plnt import xp
+from plnt_host import runtime
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXTERNAL = yaml.safe_load((REPO / "examples/model-endpoint-external/xr.yaml").read_text())

@@ -16,7 +16,9 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, serving
-from plnt import binding, labels, render, xp
+from plnt import binding, labels, xp
+from plnt_host import render
+from tests.support import call_function
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -35,7 +37,7 @@ def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.
     if binding.BINDING in annotations:
         xr = copy.deepcopy(xr)
         xr["metadata"]["annotations"][binding.BINDING] = binding.preview(xr)
-    return render.call_function(fn.run_function, xr, required, observed, "function-model-replica")
+    return call_function(fn.run_function, xr, required, observed, "function-model-replica")
 
 
 def run_scenario(scenario: render.Scenario, **changes: Any) -> fnv1.RunFunctionResponse:
@@ -636,7 +638,7 @@ def _unbound(xr: dict) -> dict:
 
 
 def test_an_unbound_replica_composes_nothing_and_says_it_awaits_the_binder() -> None:
-    rsp = render.call_function(
+    rsp = call_function(
         fn.run_function, _unbound(QWEN.xr), QWEN.required, (), "function-model-replica"
     )
     assert composed(rsp) == {}
@@ -652,7 +654,7 @@ def test_a_refused_replica_composes_nothing_and_says_why() -> None:
     xr["metadata"]["annotations"][binding.REFUSED] = binding.refusal_json(
         state.digest, "pool gpu-l4: not enough free gpu"
     )
-    rsp = render.call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
+    rsp = call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
     assert composed(rsp) == {}
     bound = condition(rsp, "Bound")
     assert bound.reason == "BindingRefused"
@@ -663,7 +665,7 @@ def test_a_binding_for_another_spec_does_not_count() -> None:
     # The binder committed one GPU; the spec now asks for two: not bound until re-committed.
     xr = copy.deepcopy(QWEN.xr)
     xr["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
-    rsp = render.call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
+    rsp = call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
     assert composed(rsp) == {}
     assert condition(rsp, "Bound").reason == "AwaitingBinding"
 
@@ -674,3 +676,40 @@ def test_a_bound_replica_says_so() -> None:
     assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_TRUE, "Bound")
     assert bound.message == "its devices are committed on cluster eks-l4"
     assert composed(rsp)  # and renders its workloads
+
+
+def test_workloads_condition_says_what_each_engine_waits_for() -> None:
+    done = fn.workloads_condition(2, [], [])
+    assert (done.status, done.reason, done.message) == (
+        True,
+        "Available",
+        "every copy of 2 engine(s) is available",
+    )
+    waiting = fn.workloads_condition(2, ["a waits", "b waits"], [])
+    assert (waiting.status, waiting.reason, waiting.message) == (
+        False,
+        "Waiting",
+        "a waits; b waits",
+    )
+    pulling = fn.workloads_condition(2, ["a stages"], ["a"])
+    assert (pulling.status, pulling.reason) == (False, "PullingWeights")
+
+
+def test_staging_wait_tells_downloading_from_loading() -> None:
+    import types
+
+    from functions.model_replica.staging import Staging
+
+    engine = types.SimpleNamespace(name="llm", copies=2)
+    workload = {"kind": "Deployment", "metadata": {"name": "r-llm"}}
+    stage = Staging(uri="hf://org/model", path="/models/model")
+    loading = fn.staging_wait(engine, workload, stage, staged=True)
+    assert loading == (
+        "engine llm is loading its weights (staged into /models/model): its Deployment r-llm "
+        "has pods, 0/2 copies available"
+    )
+    pulling = fn.staging_wait(engine, workload, stage, staged=False)
+    assert pulling.startswith("engine llm stages its weights from ")
+    assert pulling.endswith(
+        "into /models/model before it starts: its Deployment r-llm has pods, 0/2 copies available"
+    )

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from functions.model_service import weights
-from plnt import render, xp
+from plnt import xp
+from plnt_host import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples/model-service"
@@ -377,3 +378,24 @@ def test_endpoints_pointing_inside_the_cluster_or_at_the_proxy_are_refused(
     assert not [n for n in out.desired if "hosted" in n]
     (warning,) = out.warnings
     assert warning.startswith(f"ModelEndpoint hosted-qwen3-8b points at {why}")
+
+
+@pytest.mark.parametrize(
+    ("canary", "want"),
+    [
+        ({"trafficPercent": 5}, 5),
+        ({"trafficPercent": 100.0}, 100),  # a protobuf Struct number
+        ({"trafficPercent": 150}, 0),  # past the XRD's bounds: no split, never a negative share
+        ({"trafficPercent": 0}, 0),
+        ({"trafficPercent": True}, 0),
+        ({"trafficPercent": "5"}, 0),
+        ({}, 0),
+        ("canary", 0),
+    ],
+)
+def test_a_deployment_canary_percent_is_read_within_the_xrd_bounds(
+    canary: object, want: int
+) -> None:
+    from functions.model_service import fn
+
+    assert fn._canary_percent({"spec": {"canary": canary}}) == want

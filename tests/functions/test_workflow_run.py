@@ -17,8 +17,10 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.workflow_run import fn, gpu_classes, phases, presets
-from plnt import cel, render, runtime, xp
+from plnt import cel, xp
 from plnt.models import workflow_run
+from plnt_host import render, runtime
+from tests.support import call_function
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((REPO / "examples/workflowrun-llama-70b/xr.yaml").read_text())
@@ -86,7 +88,7 @@ def run_with_fleet(
             xp.COMPOSITION_RESOURCE_NAME
         ] = name
         seen.append(named)
-    return render.call_function(fn.run_function, xr, fleet, seen, "function-workflow-run")
+    return call_function(fn.run_function, xr, fleet, seen, "function-workflow-run")
 
 
 def engine_of(rsp: fnv1.RunFunctionResponse) -> dict:
@@ -282,7 +284,12 @@ def test_a_pair_the_runtime_cannot_serve_fails_naming_both() -> None:
 def test_the_xrd_refuses_exactly_the_pairs_the_presets_cannot_serve() -> None:
     spec = XRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     rules = " ".join(r["rule"] for r in spec["x-kubernetes-validations"])
-    pairs = presets.unsupported_pairs()
+    every = {q for p in presets.PRESETS.values() for q in p.quantization_args}
+    pairs = sorted(
+        (runtime, q)
+        for runtime, p in presets.PRESETS.items()
+        for q in every - set(p.quantization_args)
+    )
     assert pairs == [("trt-llm", "gptq-4bit")]
     for runtime_name, quantization in pairs:
         assert (
@@ -595,7 +602,7 @@ def test_every_phase_of_a_passing_rollout_is_written_once(previous, want, ttl_ms
     xr = copy.deepcopy(scenario.xr)
     if previous:
         xr.setdefault("status", {})["phase"] = previous
-    rsp = render.call_function(
+    rsp = call_function(
         fn.run_function, xr, scenario.required, scenario.observed, "function-workflow-run"
     )
     st = xp.to_dict(rsp.desired.composite.resource)["status"]

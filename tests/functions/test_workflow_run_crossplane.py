@@ -14,7 +14,8 @@ import re
 import pytest
 import yaml
 
-from plnt import procs, render, xp
+from plnt import xp
+from plnt_host import procs, render
 from tests.conformance import crossplane_cli
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -36,7 +36,8 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from plnt import render, xp
+from plnt import xp
+from plnt_host import render
 from tests.fuzz import apiserver
 from tests.fuzz.mutations import (
     hostile_observed,

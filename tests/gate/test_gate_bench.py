@@ -1,6 +1,6 @@
 """The overhead benchmark runs end to end and reports figures per concurrency."""
 
-from plnt.gate.bench import LONG_TOKENS, SHORT_TOKENS, bench
+from plnt_host.bench.gate import LONG_TOKENS, SHORT_TOKENS, bench
 
 
 def test_bench_reports_cost_per_request_and_per_token():

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from plnt.gate.fake_server import Behaviour, serve_in_thread
+from plnt.gate.fake_server import Behaviour
+from tests.support import serve_in_thread
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Budgets no loaded machine can miss, for tests that are not about the budgets.
@@ -22,7 +23,7 @@ def plnt_command():
     if local.exists():
         return [str(local)]
     found = shutil.which("plnt")
-    return [found] if found else [sys.executable, "-c", "from plnt.cli import main; main()"]
+    return [found] if found else [sys.executable, "-c", "from plnt_host.cli import main; main()"]
 
 
 def plnt_gate(*args, env=None):

@@ -8,8 +8,9 @@ import pytest
 
 from plnt.gate import GateConfig, run_gate, run_gate_async
 from plnt.gate.client import chat_completions_url
-from plnt.gate.fake_server import DIALECTS, FAILURES, Behaviour, FakeServer, serve_in_thread
+from plnt.gate.fake_server import DIALECTS, FAILURES, Behaviour, FakeServer
 from plnt.gate.prompts import PROMPTS
+from tests.support import serve_in_thread
 
 # Budgets no loaded machine can miss, for tests that are not about the budgets.
 LOOSE = {"ttft_budget_ms": 60_000, "tpot_budget_ms": 60_000}

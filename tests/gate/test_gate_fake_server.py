@@ -8,7 +8,8 @@ import sys
 import httpx
 import pytest
 
-from plnt.gate.fake_server import Behaviour, serve_in_thread
+from plnt.gate.fake_server import Behaviour
+from tests.support import serve_in_thread
 
 
 def stream_events(url, body):

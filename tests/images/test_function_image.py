@@ -19,7 +19,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
-from plnt import render, runtime
+from plnt_host import render, runtime
 from tests.images import oci
 from tests.images.conftest import FUNCTION, REPO, Built
 from tests.robustness import certs

@@ -8,7 +8,7 @@ import pathlib
 import subprocess
 import sys
 
-from plnt import render
+from plnt_host import render
 from tests.images.conftest import REPO, Built
 
 EXAMPLE = REPO / "examples" / "workflowrun-llama-70b"
@@ -49,7 +49,11 @@ def test_render_from_an_installed_wheel(built: Built, tmp_path: pathlib.Path) ->
 
     # `plnt validate` finds the XRDs inside the package too.
     xrds = _run(
-        [venv / "bin/python", "-c", "from plnt import validate; print(len(validate.xrd_files()))"],
+        [
+            venv / "bin/python",
+            "-c",
+            "from plnt_host import validate; print(len(validate.xrd_files()))",
+        ],
         tmp_path,
     )
     assert xrds.stdout.strip() == str(len(list(REPO.glob("apis/*/definition.yaml"))))

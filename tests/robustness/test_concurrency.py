@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from plnt import procs
-from plnt.bench import grpc_load
+from plnt_host import procs
+from plnt_host.bench import grpc_load
+from tests.support import rss_kib
 
 
 def answered(row: dict) -> None:
@@ -34,13 +35,13 @@ def test_thousand_concurrent_calls_complete_and_memory_returns() -> None:
         # about three storms.
         for _ in range(3):
             answered(asyncio.run(grpc_load.storm(address, req, 1000, grpc_load.STORM_DEADLINE_S)))
-        baseline = procs.rss_kib(proc.pid)
+        baseline = rss_kib(proc.pid)
         samples = []
         for _ in range(MEASURED_STORMS):
             answered(asyncio.run(grpc_load.storm(address, req, 1000, grpc_load.STORM_DEADLINE_S)))
-            samples.append(procs.rss_kib(proc.pid))
+            samples.append(rss_kib(proc.pid))
         time.sleep(1.0)
-        after = procs.rss_kib(proc.pid)
+        after = rss_kib(proc.pid)
     assert req.ByteSize() * MEASURED_STORMS * 1000 > LEAK_BOUND_KIB * 1024, "bound too loose"
     assert after - baseline <= LEAK_BOUND_KIB, (
         f"RSS grew from {baseline} KiB to {after} KiB over {MEASURED_STORMS * 1000} calls "

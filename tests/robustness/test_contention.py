@@ -16,8 +16,8 @@ import asyncio
 import os
 import time
 
-from plnt import procs
-from plnt.bench import grpc_load
+from plnt_host import procs
+from plnt_host.bench import grpc_load
 
 CALLS = 300
 DEADLINE_S = 4.0

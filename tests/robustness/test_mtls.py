@@ -11,7 +11,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from plnt import procs, runtime
+from plnt_host import procs, runtime
 from tests.robustness import certs
 
 FUNCTIONS = runtime.function_names()

@@ -16,7 +16,7 @@ import pathlib
 import pytest
 import yaml
 
-from plnt import render
+from plnt_host import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCENARIOS = render.scenario_folders(REPO / "examples")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from plnt import bench_scheduler
+from plnt_host.bench import scheduler as bench_scheduler
 
 
 def test_bench_reports_each_size() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from functions.model_deployment import scheduler
-from plnt import capacity
+from plnt import binding, capacity
 from tests.scheduler.fleet import (
     StubCel,
     cluster,
@@ -266,8 +266,8 @@ def test_keep_only_never_places() -> None:
     ("annotations", "expect"),
     [
         ({}, {"p": 3, "q": 1}),
-        ({scheduler.NODE_COST_ANNOTATION: '{"p": 7}'}, {"p": 7}),
-        ({scheduler.NODE_COST_ANNOTATION: "not json"}, {"p": 3, "q": 1}),
+        ({binding.LEGACY_NODES: '{"p": 7}'}, {"p": 7}),
+        ({binding.LEGACY_NODES: "not json"}, {"p": 3, "q": 1}),
     ],
 )
 def test_placed_replica_cost(annotations: dict, expect: dict) -> None:

@@ -11,7 +11,7 @@ import tomllib
 
 import pytest
 
-from plnt import cli, completion
+from plnt_host import cli, completion
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PLNT = pathlib.Path(sys.executable).parent / "plnt"

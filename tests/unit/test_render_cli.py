@@ -9,7 +9,8 @@ import sys
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import render, xp
+from plnt import xp
+from plnt_host import render
 
 PLNT = pathlib.Path(sys.executable).parent / "plnt"
 
@@ -76,6 +77,58 @@ def test_requirements_are_answered_until_stable() -> None:
     assert set(final.required_resources) == {"classes", "first"}
     assert calls == [set(), {"classes"}, {"classes", "first"}]
     assert xp.to_dict(rsp.desired.composite.resource)["status"]["classes"] == ["b", "a"]
+
+
+def test_step_requirements_are_answered_before_the_first_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pipeline step's `requirements.requiredResources` (by name and by labels) arrive in
+    its very first request, as Crossplane's bootstrap requirements do."""
+    seen: list[dict[str, list[str]]] = []
+
+    def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        seen.append(
+            {
+                key: [xp.to_dict(i.resource)["metadata"]["name"] for i in res.items]
+                for key, res in req.required_resources.items()
+            }
+        )
+        return xp.respond(req)
+
+    monkeypatch.setattr(render, "_step_function", lambda step: run)
+    composition = {
+        "spec": {
+            "pipeline": [
+                {
+                    "step": "only",
+                    "functionRef": {"name": "function-anything"},
+                    "requirements": {
+                        "requiredResources": [
+                            {
+                                "requirementName": "one",
+                                "apiVersion": "v1",
+                                "kind": "ConfigMap",
+                                "name": "b",
+                            },
+                            {
+                                "requirementName": "labelled",
+                                "apiVersion": "v1",
+                                "kind": "ConfigMap",
+                                "matchLabels": {"pick": "yes"},
+                            },
+                        ]
+                    },
+                }
+            ]
+        }
+    }
+    required = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "labels": labels}}
+        for n, labels in (("a", {"pick": "yes"}), ("b", {}), ("c", {"pick": "yes"}))
+    ] + [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b"}}]
+    xr = {"apiVersion": "example.org/v1", "kind": "X", "metadata": {"name": "x"}}
+    render.run_pipeline(composition, xr, [], required)
+    assert seen == [{"one": ["b"], "labelled": ["a", "c"]}]
 
 
 def test_composed_metadata_matches_crossplane() -> None:

@@ -11,7 +11,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from plnt import procs, runtime, xp
+from plnt import xp
+from plnt_host import procs, runtime
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from plnt import render, runtime
+from plnt_host import render, runtime
 
 RENDER_API = "render.crossplane.io/v1beta1"
 
@@ -116,7 +116,7 @@ def _positional(xr_file: pathlib.Path, comp_file: pathlib.Path, fns: pathlib.Pat
     for i, step in enumerate(spec["pipeline"]):
         name = ((step or {}).get("functionRef") or {}).get("name")
         where = f"{comp_file}: spec.pipeline[{i}].functionRef.name"
-        if name not in functions:
+        if not isinstance(name, str) or name not in functions:
             raise render.ScenarioError(f"{where}: {fns} has no Function named {name!r}")
         try:
             runtime.load(name)

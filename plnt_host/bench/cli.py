@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from plnt import render, runtime
+from plnt_host import render, runtime
 
 REPO = render.REPO_ROOT
 
@@ -110,11 +110,11 @@ def _optional(module: str, attr: str = "bench") -> Callable[[], Any]:
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "functions": lambda a: bench_functions(a.calls),
-    "scheduler": lambda a: _optional("plnt.bench_scheduler")(),
+    "scheduler": lambda a: _optional("plnt_host.bench.scheduler")(),
     "render": lambda a: bench_render_cold(),
-    "grpc": lambda a: _optional("plnt.bench.grpc_load")(),
-    "gate": lambda a: _optional("plnt.gate.bench")(),
-    "cel": lambda a: _optional("plnt.cel_bench")(),
+    "grpc": lambda a: _optional("plnt_host.bench.grpc_load")(),
+    "gate": lambda a: _optional("plnt_host.bench.gate")(),
+    "cel": lambda a: _optional("plnt_host.bench.cel")(),
 }
 
 

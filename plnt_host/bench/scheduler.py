@@ -8,7 +8,7 @@ deployment (other namespace), which the scheduler must count. The request is bui
 complete with required resources, as the gRPC server hands it to `run_function`; the timing
 covers reading it, scheduling, composing and writing the response.
 
-    python -m plnt.bench_scheduler          # prints one JSON object
+    python -m plnt_host.bench.scheduler          # prints one JSON object
 
 Accounting (issue 15): per size, what the placed replicas take in devices (the scheduler's unit
 now) beside what the old accounting charged them in whole nodes, and how many more 1-GPU
@@ -22,10 +22,12 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
+
+from plnt import contracts
 
 SIZES = ((10, 4, 1), (100, 8, 100), (1000, 8, 100))
 TARGET_S = 0.5  # issue 5: one RunFunction at (1000, 8, 100)
@@ -45,7 +47,7 @@ GPUS = {
 def inference_class(name: str) -> dict[str, Any]:
     count, product, cc, memory = GPUS[name]
     return {
-        "apiVersion": "modelplane.ai/v1alpha1",
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "InferenceClass",
         "metadata": {"name": name},
         "spec": {
@@ -76,7 +78,7 @@ def inference_cluster(index: int, pools: int) -> dict[str, Any]:
         for j in range(pools)
     ]
     return {
-        "apiVersion": "modelplane.ai/v1alpha1",
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "InferenceCluster",
         "metadata": {"name": f"cluster-{index:04d}", "labels": {"modelplane.ai/fleet": "bench"}},
         "spec": {"nodePools": [p | {"nodeCount": NODES_PER_POOL} for p in pool_list]},
@@ -91,7 +93,7 @@ def inference_cluster(index: int, pools: int) -> dict[str, Any]:
 def other_replica(index: int, cluster: dict[str, Any]) -> dict[str, Any]:
     pool = cluster["status"]["pools"][0]["name"]
     return {
-        "apiVersion": "modelplane.ai/v1alpha1",
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "ModelReplica",
         "metadata": {
             "name": f"other-{index}",
@@ -123,7 +125,7 @@ def other_replica(index: int, cluster: dict[str, Any]) -> dict[str, Any]:
 
 def deployment(replicas: int) -> dict[str, Any]:
     return {
-        "apiVersion": "modelplane.ai/v1alpha1",
+        "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "ModelDeployment",
         "metadata": {"name": "bench", "namespace": "bench"},
         "spec": {
@@ -184,18 +186,22 @@ def request(clusters: int, pools: int, replicas: int) -> fnv1.RunFunctionRequest
     return req
 
 
-class _Timed:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Timed(Generic[P, R]):
     """Wraps a CEL entry point, adding up the time spent inside it."""
 
-    def __init__(self, fn: Callable[..., Any]):
+    def __init__(self, fn: Callable[P, R]):
         self.fn = fn
         self.seconds = 0.0
         self.calls = 0
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         start = time.perf_counter()
         try:
-            return self.fn(*args)
+            return self.fn(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
             self.calls += 1
@@ -299,9 +305,9 @@ def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> d
     nodes_now = sum(p.nodes - p.free_nodes() for p in pools.values())
     one_gpu = capacity.Pods(1, ((capacity.device_key("gpu"), 1),))
     room_new = 0
-    for p in pools.values():
-        free = p.free_total(capacity.device_key("gpu"))
-        room_new += free - p.pack_what_fits([dataclasses.replace(one_gpu, count=free)])
+    for account in pools.values():
+        free = account.free_total(capacity.device_key("gpu"))
+        room_new += free - account.pack_what_fits([dataclasses.replace(one_gpu, count=free)])
     return {
         "fleet": {"gpus": total_gpus, "nodes": total_nodes},
         "placed_gpus": placed_gpus,
@@ -312,4 +318,4 @@ def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> d
 
 
 if __name__ == "__main__":
-    print(json.dumps(bench(), indent=2))  # noqa: T201
+    print(json.dumps(bench(), indent=2))

@@ -26,9 +26,9 @@ TLS_CERTS_ENV = "TLS_SERVER_CERTS_DIR"
 
 # Subcommands with their own argument parsers: name -> (module with main(argv), help).
 DELEGATED = {
-    "gate": ("plnt.gate.cli", "smoke-test an OpenAI-compatible endpoint"),
+    "gate": ("plnt_host.gate_cli", "smoke-test an OpenAI-compatible endpoint"),
     "reconcile": ("plnt.reconcile.cli", "scale ModelDeployments toward a token rate"),
-    "bench": ("plnt.bench.cli", "run the benchmarks"),
+    "bench": ("plnt_host.bench.cli", "run the benchmarks"),
 }
 
 RENDER_EPILOG = """\
@@ -59,7 +59,7 @@ def _version(_: argparse.Namespace) -> int:
 
 
 def _function(args: argparse.Namespace) -> int:
-    from plnt import runtime
+    from plnt_host import runtime
 
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
@@ -87,19 +87,19 @@ def _function(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from plnt import render_cli
+    from plnt_host import render_cli
 
     return render_cli.run(args)
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from plnt import validate
+    from plnt_host import validate
 
     return validate.run(args)
 
 
 def _completion(args: argparse.Namespace) -> int:
-    from plnt import completion
+    from plnt_host import completion
 
     sys.stdout.write(completion.bash(build_parser(), delegated_parsers()))
     return 0

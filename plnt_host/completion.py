@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from plnt import runtime
+from plnt_host import runtime
 
 SCRIPT = """\
 # bash completion for plnt: source <(plnt completion bash)
@@ -53,7 +53,7 @@ def bash(parser: argparse.ArgumentParser, delegated: dict[str, argparse.Argument
     for name, sub in sorted(subcommands.items()):
         flags = sorted(f for a in sub._actions for f in a.option_strings)
         positional = [a for a in sub._actions if not a.option_strings and a.choices]
-        words = sorted(positional[0].choices) if positional else []
+        words = sorted(positional[0].choices or ()) if positional else []
         if name == "function":
             words = runtime.function_names()
         flag_cases.append(f"    {name}) flags={_words(flags)}; words={_words(words)} ;;")

@@ -18,14 +18,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from plnt import procs, render
-from plnt.bench.cli import percentile
+from plnt_host import procs, render
+from plnt_host.bench.cli import percentile
 
 FUNCTION = "function-model-replica"
 EXAMPLE = "model-replica-pd"
@@ -40,6 +41,23 @@ def example_request(example: str = EXAMPLE) -> fnv1.RunFunctionRequest:
     trace: list = []
     render.run_pipeline(composition, scenario.xr, scenario.observed, scenario.required, trace=trace)
     return trace[0][1]
+
+
+async def _at_once(
+    address: str,
+    req: fnv1.RunFunctionRequest,
+    deadline_s: float,
+    task: Callable[[grpcv1.FunctionRunnerServiceStub], Awaitable[None]],
+    count: int,
+) -> float:
+    """Warms the server up with one call, then runs `count` tasks at once on one channel; the
+    wall time they took."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = grpcv1.FunctionRunnerServiceStub(channel)
+        await stub.RunFunction(req, timeout=deadline_s)
+        start = time.perf_counter()
+        await asyncio.gather(*(task(stub) for _ in range(count)))
+        return time.perf_counter() - start
 
 
 async def drive(
@@ -63,12 +81,7 @@ async def drive(
                 continue
             latencies.append((time.perf_counter() - start) * 1000)
 
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = grpcv1.FunctionRunnerServiceStub(channel)
-        await stub.RunFunction(req, timeout=deadline_s)  # warm up
-        start = time.perf_counter()
-        await asyncio.gather(*(client(stub) for _ in range(clients)))
-        wall = time.perf_counter() - start
+    wall = await _at_once(address, req, deadline_s, client, clients)
     return {
         "clients": clients,
         "calls": len(latencies) + errors,
@@ -94,12 +107,7 @@ async def storm(
             outcome = OUTCOMES.get(err.code(), "other")
         latencies[outcome].append((time.perf_counter() - start) * 1000)
 
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = grpcv1.FunctionRunnerServiceStub(channel)
-        await stub.RunFunction(req, timeout=deadline_s)  # warm up
-        start = time.perf_counter()
-        await asyncio.gather(*(one(stub) for _ in range(calls)))
-        wall = time.perf_counter() - start
+    wall = await _at_once(address, req, deadline_s, one, calls)
     out: dict[str, Any] = {"calls": calls, "deadline_s": deadline_s, "wall_s": round(wall, 1)}
     for outcome in ("completed", "refused", "cancelled", "deadline_exceeded", "other"):
         out[outcome] = len(latencies[outcome])

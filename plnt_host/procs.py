@@ -90,10 +90,6 @@ def peak_rss_kib(pid: int) -> int:
     return _status_kib(pid, "VmHWM")
 
 
-def rss_kib(pid: int) -> int:
-    return _status_kib(pid, "VmRSS")
-
-
 def _status_kib(pid: int, field: str) -> int:
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):

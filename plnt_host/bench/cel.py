@@ -58,4 +58,4 @@ def bench(rounds: int = 2000) -> dict:
 
 if __name__ == "__main__":
     for key, value in bench().items():
-        print(f"{key}: {value * 1e6:.1f} us" if isinstance(value, float) else f"{key}: {value}")  # noqa: T201
+        print(f"{key}: {value * 1e6:.1f} us" if isinstance(value, float) else f"{key}: {value}")

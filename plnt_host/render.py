@@ -23,12 +23,14 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import binding, runtime, xp
+import plnt
+from plnt import binding, xp
+from plnt_host import runtime
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Shipped inside the package (plnt/compositions links to the repository's compositions/), so
 # render works from an installed wheel as well as from a checkout.
-COMPOSITIONS_DIR = pathlib.Path(__file__).parent / "compositions"
+COMPOSITIONS_DIR = pathlib.Path(plnt.__file__).parent / "compositions"
 MAX_REQUIREMENT_ITERATIONS = 5  # what Crossplane allows before it gives up
 CONDITION_TIME = "2024-01-01T00:00:00Z"  # crossplane render's fixed lastTransitionTime
 COMPOSITE_LABEL = "crossplane.io/composite"
@@ -202,7 +204,7 @@ def run_pipeline(
         if step.get("input") is not None:
             req.input.CopyFrom(_struct(step["input"]))
         for sel in (step.get("requirements") or {}).get("requiredResources") or []:
-            bootstrap = fnv1.ResourceSelector(apiVersion=sel["apiVersion"], kind=sel["kind"])
+            bootstrap = fnv1.ResourceSelector(api_version=sel["apiVersion"], kind=sel["kind"])
             if sel.get("name"):
                 bootstrap.match_name = sel["name"]
             elif sel.get("matchLabels"):
@@ -221,24 +223,6 @@ def run_pipeline(
         desired = rsp.desired
         ctx = rsp.context
     return desired, results, conditions, xp.to_dict(ctx)
-
-
-def call_function(
-    run: runtime.RunFunction,
-    xr: dict[str, Any],
-    required: Iterable[dict[str, Any]] = (),
-    observed: Iterable[dict[str, Any]] = (),
-    name: str = "function",
-) -> fnv1.RunFunctionResponse:
-    """One function on one XR, its requirements answered from ``required`` until stable."""
-    req = fnv1.RunFunctionRequest(
-        observed=fnv1.State(composite=fnv1.Resource(resource=_struct(xr)))
-    )
-    for obj in observed:
-        key = (obj.get("metadata", {}).get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME)
-        req.observed.resources[key].resource.CopyFrom(_struct(obj))
-    rsp, _ = _run_with_requirements(run, req, list(required), name)
-    return rsp
 
 
 def _run_with_requirements(

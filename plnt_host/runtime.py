@@ -20,7 +20,7 @@ import pkgutil
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from crossplane.function import runtime as sdk_runtime
@@ -29,7 +29,8 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from grpc_reflection.v1alpha import reflection
 
 import functions as functions_pkg
-from plnt import trust, xp
+from plnt import xp
+from plnt_host import trust
 
 log = logging.getLogger("plnt.function")
 
@@ -38,7 +39,9 @@ INSTALLED_PREFIX = "plnt-"
 # A 1,000-cluster fleet in required resources is several MB; gRPC's default cap is 4 MiB.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
-RunFunction = Callable[[fnv1.RunFunctionRequest], "fnv1.RunFunctionResponse | Awaitable[Any]"]
+PlainRunFunction = Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse]
+AsyncRunFunction = Callable[[fnv1.RunFunctionRequest], Awaitable[fnv1.RunFunctionResponse]]
+RunFunction = PlainRunFunction | AsyncRunFunction
 
 
 class UnknownFunction(LookupError):  # noqa: N818 (reads better at the call site)
@@ -80,13 +83,19 @@ def keeps_state(function_name: str) -> bool:
     return bool(getattr(module, "KEEPS_STATE", False))
 
 
+def _plain(run: RunFunction) -> PlainRunFunction | None:
+    """The function itself when it is plain (synchronous), None for an async one."""
+    return None if inspect.iscoroutinefunction(run) else cast(PlainRunFunction, run)
+
+
 async def call(
     run: RunFunction, req: fnv1.RunFunctionRequest, name: str
 ) -> fnv1.RunFunctionResponse:
-    """Runs a function on what it may trust of the request (see `plnt.trust`) and guarantees a
+    """Runs a function on what it may trust of the request (see `plnt_host.trust`) and guarantees a
     response: invalid input and bugs become Fatal results. A plain function runs right here."""
-    if not inspect.iscoroutinefunction(run):
-        return call_blocking(run, req, name)
+    plain = _plain(run)
+    if plain is not None:
+        return call_blocking(plain, req, name)
     try:
         screened = _screen(req)
         rsp = await _awaited(run(screened.request))
@@ -100,7 +109,7 @@ async def call(
 
 
 def call_blocking(
-    run: RunFunction, req: fnv1.RunFunctionRequest, name: str
+    run: PlainRunFunction, req: fnv1.RunFunctionRequest, name: str
 ) -> fnv1.RunFunctionResponse:
     """`call` for a plain (synchronous) function, without an event loop: the server runs it in a
     worker thread so that its event loop stays free to accept, refuse and answer calls."""
@@ -148,8 +157,9 @@ def call_sync(
     run: RunFunction, req: fnv1.RunFunctionRequest, name: str
 ) -> fnv1.RunFunctionResponse:
     """`call` for synchronous callers (render, tests, benchmarks)."""
-    if not inspect.iscoroutinefunction(run):
-        return call_blocking(run, req, name)
+    plain = _plain(run)
+    if plain is not None:
+        return call_blocking(plain, req, name)
     return asyncio.run(call(run, req, name))
 
 
@@ -211,12 +221,15 @@ class Admission:
 
 
 # In a worker process: the function it runs, loaded once by name.
-_worker: tuple[str, RunFunction] | None = None
+_worker: tuple[str, PlainRunFunction] | None = None
 
 
 def _start_worker(function_name: str) -> None:
     global _worker  # noqa: PLW0603 (one per worker process)
-    _worker = (function_name, load(function_name))
+    plain = _plain(load(function_name))
+    if plain is None:
+        raise TypeError(f"{function_name} is async: it runs on the event loop, not in a worker")
+    _worker = (function_name, plain)
 
 
 def _run_in_worker(request: bytes, deadline: float | None) -> tuple[bytes | None, float | None]:
@@ -246,7 +259,8 @@ class Servicer:
     def __init__(self, function_name: str, *, workers: int = WORKERS):
         self.name = function_name
         self.run = load(function_name)
-        self.blocking = not inspect.iscoroutinefunction(self.run)
+        self.plain = _plain(self.run)
+        self.blocking = self.plain is not None
         self.in_process = keeps_state(function_name)
         self.workers = workers
         self.admission = Admission(workers, estimate=self.blocking)
@@ -270,7 +284,9 @@ class Servicer:
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         """RunFunction of both service versions, bytes in and out (no (de)serializers)."""
-        method = {"RunFunction": grpc.unary_unary_rpc_method_handler(self.run_function)}
+        method: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
+            "RunFunction": grpc.unary_unary_rpc_method_handler(self.run_function)
+        }
         return [grpc.method_handlers_generic_handler(name, method) for name in SERVICES]
 
     async def run_function(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -283,12 +299,12 @@ class Servicer:
                     "%s: %s (%d refused so far)", self.name, refusal, self.admission.refused
                 )
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
-        if not self.blocking:
+        if self.plain is None:
             req = fnv1.RunFunctionRequest.FromString(request)
             return (await call(self.run, req, self.name)).SerializeToString()
         if self.pool is None:  # state shared across calls: this process, off the event loop
             req = fnv1.RunFunctionRequest.FromString(request)
-            rsp = await asyncio.to_thread(call_blocking, self.run, req, self.name)
+            rsp = await asyncio.to_thread(call_blocking, self.plain, req, self.name)
             return rsp.SerializeToString()
         self.admission.enter()
         service_s = None

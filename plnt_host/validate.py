@@ -18,9 +18,10 @@ import subprocess
 import sys
 import tempfile
 
-from plnt import render
+import plnt
+from plnt_host import render
 
-PACKAGE = pathlib.Path(__file__).resolve().parent
+PACKAGE = pathlib.Path(plnt.__file__).resolve().parent
 XRDS = PACKAGE / "apis"
 CHECKOUT_CLI = PACKAGE.parent / ".tools" / "bin" / "crank"  # what `make setup` builds
 

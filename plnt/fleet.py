@@ -1,0 +1,85 @@
+"""How the fleet reads: an InferenceCluster's pools and an InferenceClass's node shape.
+
+The scheduler (functions/model_deployment) and the binder (plnt/reconcile) count capacity from
+the same reading, so a replica the scheduler places is one the binder can commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from plnt import capacity, quantity
+
+
+@dataclasses.dataclass(frozen=True)
+class Pool:
+    name: str
+    class_name: str
+    capacity: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    name: str
+    labels: Mapping[str, str]
+    ready: bool
+    pools: tuple[Pool, ...]
+
+
+def amount(raw: Any, *, milli: bool) -> int:
+    """A quantity as an integer (millis for CPU), rounded up; 0 if it does not parse (the
+    ModelReplica validation reports it)."""
+    try:
+        value = quantity.parse_quantity(str(raw)).value
+    except (quantity.QuantityError, ValueError):
+        return 0
+    value = value * 1000 if milli else value
+    return max(math.ceil(value), 0)
+
+
+def cluster_of(obj: Mapping[str, Any]) -> Cluster:
+    """An InferenceCluster: Ready condition, labels, and node capacity per pool."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    # A pool without a name cannot be pinned to, so it offers nothing.
+    if status.get("pools"):
+        pools = tuple(
+            Pool(p["name"], p.get("className") or "", int(p.get("nodeCapacity") or 0))
+            for p in status["pools"]
+            if p.get("name")
+        )
+    else:
+        pools = tuple(
+            Pool(
+                p["name"],
+                p.get("className") or "",
+                int(p.get("maxNodeCount") or p.get("nodeCount") or 0),
+            )
+            for p in (obj.get("spec") or {}).get("nodePools") or []
+            if p.get("name")
+        )
+    return Cluster(meta.get("name", ""), meta.get("labels") or {}, ready, pools)
+
+
+def class_shape(cls: Mapping[str, Any] | None) -> capacity.Shape:
+    """One node of an InferenceClass: its devices by name and, if declared, its CPU and memory."""
+    if cls is None:
+        return capacity.Shape(())
+    spec = cls.get("spec") or {}
+    offers: dict[str, int] = {}
+    for dev in spec.get("devices") or []:
+        key = capacity.device_key(dev.get("name", ""))
+        offers[key] = offers.get(key, 0) + int(dev.get("count") or 1)
+    node = spec.get("nodeResources") or {}
+    if node.get("cpu") is not None:
+        offers[capacity.CPU] = amount(node["cpu"], milli=True)
+    if node.get("memory") is not None:
+        offers[capacity.MEMORY] = amount(node["memory"], milli=False)
+    return capacity.Shape(capacity.vector(offers))

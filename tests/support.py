@@ -1,0 +1,72 @@
+"""Helpers several test packages share and the shipped package has no use for."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+
+from plnt import xp
+from plnt.gate.fake_server import Behaviour, FakeServer
+from plnt_host import render, runtime
+
+
+def call_function(
+    run: runtime.RunFunction,
+    xr: dict[str, Any],
+    required: Iterable[dict[str, Any]] = (),
+    observed: Iterable[dict[str, Any]] = (),
+    name: str = "function",
+) -> fnv1.RunFunctionResponse:
+    """One function on one XR, its requirements answered from ``required`` until stable, as
+    `plnt render` answers a pipeline step's."""
+    req = fnv1.RunFunctionRequest(
+        observed=fnv1.State(composite=fnv1.Resource(resource=_struct(xr)))
+    )
+    for obj in observed:
+        key = (obj.get("metadata", {}).get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME)
+        if key:
+            req.observed.resources[key].resource.CopyFrom(_struct(obj))
+    rsp, _ = render._run_with_requirements(run, req, list(required), name)
+    return rsp
+
+
+def _struct(obj: dict[str, Any]) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(obj)
+    return s
+
+
+def has_fatal(rsp: fnv1.RunFunctionResponse) -> bool:
+    return any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results)
+
+
+@contextlib.contextmanager
+def serve_in_thread(behaviour: Behaviour, host: str = "127.0.0.1") -> Iterator[FakeServer]:
+    """Run a FakeServer on its own event loop in a daemon thread (for synchronous callers)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-vllm", daemon=True)
+    thread.start()
+    server = FakeServer(behaviour, host=host)
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=10)
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+def rss_kib(pid: int) -> int:
+    """A process's resident set now (the benchmarks read the peak, VmHWM)."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise LookupError("VmRSS")

@@ -1,0 +1,33 @@
+"""Every import points down: the host loads functions, functions use the library."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+# package -> the packages it must never import
+BELOW = {"plnt": ("functions", "plnt_host"), "functions": ("plnt_host",)}
+
+
+def _imported(path: pathlib.Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(BELOW))
+def test_no_import_runs_back_up(package: str) -> None:
+    upward = [
+        f"{path.relative_to(REPO)}: {name}"
+        for path in sorted((REPO / package).rglob("*.py"))
+        for name in sorted(_imported(path))
+        if name.split(".")[0] in BELOW[package]
+    ]
+    assert upward == []
