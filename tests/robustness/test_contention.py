@@ -5,9 +5,13 @@ after ~30 s although their deadline was 60 s (plain functions ran on the server'
 gRPC core gave up on calls Python never picked up). Now plain functions run in worker processes
 and admission refuses, with RESOURCE_EXHAUSTED, what cannot finish within its deadline.
 
-A tight deadline (4 s for 300 calls at once, on two saturated cores) makes both paths happen:
-some calls complete, the rest are refused. The figures (p99s, before and after) are measured by
-`plnt bench --only grpc`, not asserted here. The burners are bounded in time and stopped by pid.
+300 calls at once with a 4 s deadline, on two cores saturated by burners. Whether the server
+falls far enough behind to refuse some depends on how fast this machine is and what else runs on
+it (the client shares the two cores, and CI runs the live control plane beside this test): seen
+here, 0 to 68 of 300 refused. So this test asserts what must hold either way; the refusal rule
+itself is unit-tested in tests/unit/test_runtime.py. The figures (p99s, before and after) are
+measured by `plnt bench --only grpc`, not asserted here. The burners are bounded in time and
+stopped by pid.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ def test_under_contention_calls_complete_or_are_refused_never_cancelled() -> Non
     assert row["cancelled"] == 0, row
     assert row["other"] == 0, row
     assert row["completed"] > 0, row
-    assert row["refused"] > 0, row  # 300 calls cannot all finish in 4 s on two busy cores
     assert row["completed"] + row["refused"] + row["deadline_exceeded"] == CALLS
     # Admission refuses what cannot finish: timeouts are the exception, not the rule.
     assert row["deadline_exceeded"] < row["completed"] + row["refused"], row

@@ -82,3 +82,34 @@ def test_plnt_function_requires_a_transport_choice() -> None:
     )
     assert proc.returncode == 2
     assert "unknown function" in proc.stderr
+
+
+def test_admission_refuses_what_cannot_finish_within_its_deadline() -> None:
+    admission = runtime.Admission(workers=2, limit=10)
+    admission.service_s = 0.1
+    for _ in range(6):
+        assert admission.refusal(remaining_s=1.0) is None
+        admission.enter()
+    # Six ahead on two workers: (6/2 + 1) * 0.1 s = 0.4 s, inside 0.8 of a 1 s deadline.
+    assert admission.refusal(remaining_s=1.0) is None
+    # The same wait does not fit in 0.8 of 0.45 s: refused at once, saying why.
+    refusal = admission.refusal(remaining_s=0.45)
+    assert refusal is not None and "6 calls ahead" in refusal and "0.4 s to answer" in refusal
+    assert runtime.Admission(workers=2, estimate=False).refusal(remaining_s=0.0) is None
+    assert admission.refusal(remaining_s=None) is None  # no deadline: only the limit applies
+    for _ in range(4):
+        admission.enter()
+    assert "limit 10" in (admission.refusal(remaining_s=None) or "")
+
+
+def test_admission_learns_how_long_a_call_holds_a_worker() -> None:
+    admission = runtime.Admission(workers=1)
+    assert admission.service_s == runtime.INITIAL_SERVICE_S  # high, before anything is measured
+    for _ in range(100):
+        admission.enter()
+        admission.leave(0.002)
+    assert admission.service_s == pytest.approx(0.002, rel=0.01)
+    admission.enter()
+    admission.leave(None)  # a call that never reached a worker says nothing about its cost
+    assert admission.service_s == pytest.approx(0.002, rel=0.01)
+    assert admission.admitted == 0
