@@ -129,6 +129,11 @@ def check(spec: ModelDeploymentSpec) -> None:
                         f"spec.engines[{i}].members[{j}].nodeSelector.devices[{k}].name",
                         f"device request names must be unique: {name}",
                     )
-    scaling = spec.autoscaling
-    if scaling and scaling.min_replicas is not None and scaling.min_replicas > scaling.max_replicas:
+    if spec.autoscaling:
+        check_autoscaling(spec.autoscaling)
+
+
+def check_autoscaling(scaling: Autoscaling) -> None:
+    """The XRD's CEL rule on autoscaling bounds; the reconciler checks with it too."""
+    if scaling.min_replicas is not None and scaling.min_replicas > scaling.max_replicas:
         raise xp.InvalidInput("spec.autoscaling", "minReplicas must not exceed maxReplicas")

@@ -22,7 +22,8 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from plnt import contracts
+from plnt import contracts, xp
+from plnt.models.model_deployment import Autoscaling, check_autoscaling
 from plnt.reconcile.decision import Decision, Deployment
 
 log = logging.getLogger(__name__)
@@ -53,30 +54,23 @@ def autoscaled(md: dict[str, Any], replicas: int) -> Deployment | None:
     Raises InvalidAutoscalingError for a target that is present but unusable.
     """
     meta, spec = md.get("metadata", {}), md.get("spec") or {}
-    auto = spec.get("autoscaling") or {}
-    target = auto.get("targetTokensPerSecond")
-    if target is None:
+    raw = spec.get("autoscaling") or {}
+    if raw.get("targetTokensPerSecond") is None:
         return None
-    low, high = auto.get("minReplicas", 1), auto.get("maxReplicas")
-    problems = []
-    if isinstance(target, bool) or not isinstance(target, int | float) or not target > 0:
-        problems.append(f"targetTokensPerSecond must be a number > 0, got {target!r}")
-    if not isinstance(low, int) or low < 0:
-        problems.append(f"minReplicas must be an integer >= 0, got {low!r}")
-    if not isinstance(high, int) or high < 0:
-        problems.append(f"maxReplicas must be an integer >= 0, got {high!r}")
-    elif isinstance(low, int) and low > high:
-        problems.append(f"minReplicas {low} is above maxReplicas {high}")
-    if problems or not isinstance(high, int):  # the second test narrows: problems holds why
-        raise InvalidAutoscalingError("; ".join(problems))
+    # The same model (and so the same bounds) the ModelDeployment function validates with.
+    try:
+        auto = xp.parse(Autoscaling, raw, "spec.autoscaling")
+        check_autoscaling(auto)
+    except xp.InvalidInput as err:
+        raise InvalidAutoscalingError(str(err)) from None
     canary = ((md.get("status") or {}).get("revisions") or {}).get("canary") or ""
     return Deployment(
         namespace=meta["namespace"],
         name=meta["name"],
         replicas=replicas,
-        min_replicas=low,
-        max_replicas=high,
-        target_tokens_per_second=target,
+        min_replicas=1 if auto.min_replicas is None else auto.min_replicas,
+        max_replicas=auto.max_replicas,
+        target_tokens_per_second=auto.target_tokens_per_second,
         canary=canary if isinstance(canary, str) else "",
     )
 

@@ -98,13 +98,23 @@ def test_scale_up_writes_scale_event_and_annotation_once():
 
 
 def test_deployments_without_or_with_bad_autoscaling_are_skipped_untouched():
-    bad = {"targetTokensPerSecond": 0, "minReplicas": 5, "maxReplicas": 2}
-    cluster = FakeCluster([model_deployment("plain", 2, None), model_deployment("bad", 2, bad)])
+    bad = {"targetTokensPerSecond": 0, "maxReplicas": 2}
+    inverted = {"targetTokensPerSecond": 10, "minReplicas": 5, "maxReplicas": 2}
+    cluster = FakeCluster(
+        [
+            model_deployment("plain", 2, None),
+            model_deployment("bad", 2, bad),
+            model_deployment("inverted", 2, inverted),
+        ]
+    )
     outcomes = reconciler(cluster, {}).reconcile(list(cluster.items.values()))
-    assert [o.decision for o in outcomes] == [None, None]
+    assert [o.decision for o in outcomes] == [None, None, None]
     assert "no spec.autoscaling.targetTokensPerSecond" in outcomes[0].error
-    assert "targetTokensPerSecond must be a number > 0" in outcomes[1].error
-    assert "minReplicas 5 is above maxReplicas 2" in outcomes[1].error
+    # The model the function validates with, so the same field and words.
+    assert "spec.autoscaling.targetTokensPerSecond: Input should be greater than 0" in (
+        outcomes[1].error
+    )
+    assert "spec.autoscaling: minReplicas must not exceed maxReplicas" in outcomes[2].error
     assert cluster.writes == []
 
 
@@ -206,7 +216,8 @@ def test_autoscaling_fields_parse(auto, parsed):
     [
         ({"targetTokensPerSecond": True, "maxReplicas": 4}, "targetTokensPerSecond"),
         ({"targetTokensPerSecond": -1, "maxReplicas": 4}, "targetTokensPerSecond"),
-        ({"targetTokensPerSecond": 50}, "maxReplicas must be an integer"),
+        ({"targetTokensPerSecond": 50}, "spec.autoscaling.maxReplicas: Field required"),
+        ({"targetTokensPerSecond": 50, "minReplicas": 5, "maxReplicas": 2}, "must not exceed"),
     ],
 )
 def test_unusable_autoscaling_is_refused(auto, problem):
