@@ -28,6 +28,7 @@ container has finished, then reason ``Waiting`` while the engine loads.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -98,16 +99,8 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         deployment=(meta.get("labels") or {}).get(labels.DEPLOYMENT),
         pvc_name=pvc_name,
     )
-    for warning in unknown_pools(spec, cluster_status):
+    for warning in [*unknown_pools(spec, cluster_status), *cache_overrides(spec)]:
         xp.warning(rsp, warning)
-    overridden = [e.name for e in spec.engines if any(staging.of(e, m) for m in e.members)]
-    if spec.model_cache_ref and overridden:
-        xp.warning(
-            rsp,
-            f"modelCacheRef wins over the {labels.WEIGHTS_URI} annotation of engine(s) "
-            f"{', '.join(overridden)}: no weights init container; the cache's PVC is mounted "
-            f"at {workloads.MODEL_CACHE_MOUNT}",
-        )
     observed = xp.observed_resources(req)
 
     # --- desired resources --------------------------------------------------------------------
@@ -119,46 +112,10 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         namespace_manifest(replica),
         management_policies=workload_cluster.KEEP_ON_DELETE,  # other replicas share it
     )
-    engine_status, waits, pulling = [], [], []
-    for engine in spec.engines:
-        for member in engine.members:
-            rct = workloads.resource_claim_template(replica, engine, member)
-            if rct:
-                compose(rsp, replica, observed, f"rct-{engine.name}-{member.role.lower()}", rct)
-        name = f"workload-{engine.name}"
-        seen = observed_manifest(observed.get(name))
-        available = workloads.available_copies(seen)
-        engine_status.append(
-            {"name": engine.name, "copies": engine.copies, "availableCopies": available}
-        )
-        if cache_wait and name not in observed:
-            waits.append(f"engine {engine.name} waits for {cache_wait}")
-            continue
-        workload = workloads.workload(replica, engine)
-        compose(rsp, replica, observed, name, workload)
-        stage = staging.stages(spec, engine)
-        if stage and available == 0 and workloads.created_copies(seen) > 0:
-            # ready as composed: it only observes, and goes once a copy is available
-            collection = pods.collection(replica, engine)
-            xp.compose(rsp, pods.resource_name(engine), collection, ready=True)
-            members = xp.require(
-                req,
-                rsp,
-                pods.resource_name(engine),
-                OBJECT_API_VERSION,
-                "Object",
-                match_labels={pods.MEMBERSHIP_LABEL: pods.collection_name(replica, engine)},
-                namespace=namespace,
-            )
-            staged = pods.weights_staged(members)
-            waits.append(staging_wait(engine, workload, stage, staged))
-            if not staged:
-                pulling.append(engine.name)
-        elif available < engine.copies:
-            waits.append(
-                f"engine {engine.name} waits for its {workload['kind']} "
-                f"{workload['metadata']['name']}: {available}/{engine.copies} copies available"
-            )
+    progress = [
+        compose_engine(req, rsp, replica, observed, engine, cache_wait=cache_wait)
+        for engine in spec.engines
+    ]
     for key, manifest in serving.surface(replica).items():
         compose(rsp, replica, observed, f"serving-{key}", manifest)
 
@@ -169,11 +126,83 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             "endpoint": serving.endpoint(
                 replica, (cluster_status.get("gateway") or {}).get("address")
             ),
-            "engines": engine_status,
+            "engines": [p.status for p in progress],
         },
     )
-    xp.set_conditions(rsp, workloads_condition(len(spec.engines), waits, pulling))
+    xp.set_conditions(rsp, workloads_condition(progress))
     return rsp
+
+
+@dataclass(frozen=True)
+class EngineProgress:
+    """Where one engine stands: its status entry and, while not every copy is available, what
+    it waits for (downloading its weights: `pulling`)."""
+
+    status: dict[str, Any]
+    wait: str | None = None
+    pulling: bool = False
+
+
+def compose_engine(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    replica: Replica,
+    observed: dict[str, Any],
+    engine: ReplicaEngine,
+    *,
+    cache_wait: str | None,
+) -> EngineProgress:
+    """One engine's ResourceClaimTemplates and workload (and, while its weights are staged,
+    the collection that watches its pods); what it waits for."""
+    for member in engine.members:
+        rct = workloads.resource_claim_template(replica, engine, member)
+        if rct:
+            compose(rsp, replica, observed, f"rct-{engine.name}-{member.role.lower()}", rct)
+    name = f"workload-{engine.name}"
+    seen = observed_manifest(observed.get(name))
+    available = workloads.available_copies(seen)
+    status = {"name": engine.name, "copies": engine.copies, "availableCopies": available}
+    if cache_wait and name not in observed:
+        return EngineProgress(status, f"engine {engine.name} waits for {cache_wait}")
+    workload = workloads.workload(replica, engine)
+    compose(rsp, replica, observed, name, workload)
+    stage = staging.stages(replica.spec, engine)
+    if stage and available == 0 and workloads.created_copies(seen) > 0:
+        # ready as composed: it only observes, and goes once a copy is available
+        collection = pods.collection(replica, engine)
+        xp.compose(rsp, pods.resource_name(engine), collection, ready=True)
+        members = xp.require(
+            req,
+            rsp,
+            pods.resource_name(engine),
+            OBJECT_API_VERSION,
+            "Object",
+            match_labels={pods.MEMBERSHIP_LABEL: pods.collection_name(replica, engine)},
+            namespace=replica.namespace,
+        )
+        staged = pods.weights_staged(members)
+        return EngineProgress(
+            status, staging_wait(engine, workload, stage, staged), pulling=not staged
+        )
+    if available < engine.copies:
+        return EngineProgress(
+            status,
+            f"engine {engine.name} waits for its {workload['kind']} "
+            f"{workload['metadata']['name']}: {available}/{engine.copies} copies available",
+        )
+    return EngineProgress(status)
+
+
+def cache_overrides(spec: ModelReplicaSpec) -> list[str]:
+    """A warning when a ModelCache makes engines' weights annotations moot."""
+    overridden = [e.name for e in spec.engines if any(staging.of(e, m) for m in e.members)]
+    if not (spec.model_cache_ref and overridden):
+        return []
+    return [
+        f"modelCacheRef wins over the {labels.WEIGHTS_URI} annotation of engine(s) "
+        f"{', '.join(overridden)}: no weights init container; the cache's PVC is mounted "
+        f"at {workloads.MODEL_CACHE_MOUNT}"
+    ]
 
 
 def staging_wait(
@@ -193,14 +222,16 @@ def staging_wait(
     )
 
 
-def workloads_condition(engines: int, waits: list[str], pulling: list[str]) -> xp.Condition:
+def workloads_condition(progress: list[EngineProgress]) -> xp.Condition:
     """WorkloadsReady: every copy available, else what each engine waits for (PullingWeights
     while any downloads its weights)."""
+    waits = [p.wait for p in progress if p.wait]
     if waits:
+        pulling = any(p.pulling for p in progress)
         reason = conditions.PULLING_WEIGHTS if pulling else conditions.WAITING
         return conditions.waiting(conditions.WORKLOADS_READY, "; ".join(waits), reason=reason)
     return conditions.available(
-        conditions.WORKLOADS_READY, f"every copy of {engines} engine(s) is available"
+        conditions.WORKLOADS_READY, f"every copy of {len(progress)} engine(s) is available"
     )
 
 

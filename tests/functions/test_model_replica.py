@@ -679,19 +679,22 @@ def test_a_bound_replica_says_so() -> None:
 
 
 def test_workloads_condition_says_what_each_engine_waits_for() -> None:
-    done = fn.workloads_condition(2, [], [])
+    ready = fn.EngineProgress({"name": "a"})
+    done = fn.workloads_condition([ready, ready])
     assert (done.status, done.reason, done.message) == (
         True,
         "Available",
         "every copy of 2 engine(s) is available",
     )
-    waiting = fn.workloads_condition(2, ["a waits", "b waits"], [])
+    waiting = fn.workloads_condition(
+        [fn.EngineProgress({}, "a waits"), fn.EngineProgress({}, "b waits")]
+    )
     assert (waiting.status, waiting.reason, waiting.message) == (
         False,
         "Waiting",
         "a waits; b waits",
     )
-    pulling = fn.workloads_condition(2, ["a stages"], ["a"])
+    pulling = fn.workloads_condition([fn.EngineProgress({}, "a stages", pulling=True), ready])
     assert (pulling.status, pulling.reason) == (False, "PullingWeights")
 
 
