@@ -98,10 +98,11 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     plan = revisions.plan(
         spec, current, observed_status, by_revision, xp.context(req, contracts.VERDICT_CONTEXT)
     )
+    engines = scheduler.engines_from(spec.engines)
     schedules: dict[str, scheduler.Schedule] = {}
     for rev in sorted(plan.targets, key=lambda r: r == plan.current):  # current last
         schedules[rev] = scheduler.schedule(
-            raw_spec["engines"],
+            engines,
             replicas=plan.targets[rev],
             cluster_selector=spec.cluster_selector.matches,
             clusters=clusters,

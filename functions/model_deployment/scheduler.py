@@ -49,6 +49,8 @@ from typing import Any
 
 from plnt import binding, capacity, fleet, labels
 from plnt.fleet import Cluster, Pool, class_shape, cluster_of
+from plnt.models import model_deployment as models
+from plnt.models.model_replica import Container
 
 Evaluate = Callable[[str, dict], bool]
 Compile = Callable[[str], object]
@@ -171,39 +173,33 @@ class Schedule:
 # --- parsing fleet objects ----------------------------------------------------------------
 
 
-def engines_of(spec_engines: Sequence[Mapping[str, Any]]) -> tuple[Engine, ...]:
-    """The scheduler's view of a ModelDeployment's `spec.engines` (already validated)."""
-    out = []
-    for engine in spec_engines:
-        members = []
-        for m in engine.get("members") or []:
-            role = m.get("role") or "Standalone"
-            pods = int((m.get("worker") or {}).get("nodes") or 1) if role == "Worker" else 1
-            selector = m.get("nodeSelector")
-            requests = None
-            if selector is not None:
-                requests = tuple(
-                    Request(
-                        d["name"],
-                        int(d.get("count") or 1),
-                        tuple(s["cel"] for s in d.get("selectors") or [] if s.get("cel")),
-                    )
-                    for d in selector.get("devices") or []
-                )
-            cpu, memory = _pod_resources(m)
-            members.append(Member(role, pods, requests, cpu, memory))
-        out.append(Engine(engine["name"], int(engine.get("copies") or 1), tuple(members)))
-    return tuple(out)
+def engines_from(spec_engines: Sequence[models.Engine]) -> tuple[Engine, ...]:
+    """The scheduler's view of a ModelDeployment's parsed `spec.engines`."""
+    return tuple(
+        Engine(e.name, e.copies, tuple(_member(m) for m in e.members)) for e in spec_engines
+    )
 
 
-def _pod_resources(member: Mapping[str, Any]) -> tuple[int, int]:
+def _member(member: models.DeploymentMember) -> Member:
+    requests = None
+    if member.node_selector is not None:
+        requests = tuple(
+            Request(d.name, d.count, tuple(s.cel for s in d.selectors))
+            for d in member.node_selector.devices
+        )
+    cpu, memory = _pod_resources(member.template.containers)
+    return Member(member.role, member.pods, requests, cpu, memory)
+
+
+def _pod_resources(containers: Iterable[Container]) -> tuple[int, int]:
     """CPU (millicores) and memory (bytes) one pod of the member asks for: the sum over its
     containers of requests, else limits (as Kubernetes defaults requests to limits)."""
     cpu = memory = 0
-    for c in ((member.get("template") or {}).get("spec") or {}).get("containers") or []:
-        res = c.get("resources") or {}
+    for c in containers:
+        requests = (c.resources.requests if c.resources else None) or {}
+        limits = (c.resources.limits if c.resources else None) or {}
         for key in (capacity.CPU, capacity.MEMORY):
-            raw = (res.get("requests") or {}).get(key, (res.get("limits") or {}).get(key))
+            raw = requests.get(key, limits.get(key))
             if raw is None:
                 continue
             amount = fleet.amount(raw, milli=key == capacity.CPU)
@@ -642,7 +638,7 @@ def replica_index(name: str) -> int:
 
 
 def schedule(
-    spec_engines: Sequence[Mapping[str, Any]],
+    engines: Sequence[Engine],
     *,
     replicas: int,
     cluster_selector: Callable[[Mapping[str, str]], bool],
@@ -669,7 +665,6 @@ def schedule(
 
         evaluate = evaluate or cel.evaluate
         compile_check = compile_check or cel.compile
-    engines = engines_of(spec_engines)
     fleet_clusters = [cluster_of(c) for c in clusters]
     by_name = {c.name: c for c in fleet_clusters}
     sched = Scheduler(
@@ -696,7 +691,7 @@ def schedule(
             sched.charge_proposed(r)
     needed = replicas - len(kept) if place_new else 0
 
-    invalid = _invalid_selectors(spec_engines, compile_check) if place_new else ""
+    invalid = _invalid_selectors(engines, compile_check) if place_new else ""
     if invalid:
         msg = f"{_summary(len(kept), replicas)}{gone}; {invalid}"
         return Schedule(kept, released, [], replicas, INVALID_NODE_SELECTOR, msg)
@@ -716,7 +711,7 @@ def schedule(
         msg += f" ({len(fleet_clusters)} on the fleet)"
         return Schedule(kept, released, placed, replicas, NO_MATCHING_CLUSTERS, msg)
     rejected = [f"cluster {c.name}: {sched.why_not(c)}" for c in matching]
-    erring = _erring_selectors(spec_engines, sched.matcher)
+    erring = _erring_selectors(engines, sched.matcher)
     if erring:
         msg = f"{head}; {erring}"
         return Schedule(kept, released, placed, replicas, INVALID_NODE_SELECTOR, msg)
@@ -734,34 +729,32 @@ def _summary(placed: int, wanted: int) -> str:
     return f"placed {placed} of {wanted} replicas"
 
 
-def _selector_paths(
-    spec_engines: Sequence[Mapping[str, Any]],
-) -> Iterator[tuple[str, str]]:
-    """(field path, expression) of every CEL selector of the deployment's engines."""
-    for e, engine in enumerate(spec_engines):
-        for m, member in enumerate(engine.get("members") or []):
-            devices = (member.get("nodeSelector") or {}).get("devices") or []
-            for d, device in enumerate(devices):
-                for s, sel in enumerate(device.get("selectors") or []):
+def _selector_paths(engines: Sequence[Engine]) -> Iterator[tuple[str, str]]:
+    """(field path, expression) of every CEL selector of the deployment's engines: the view
+    keeps the spec's order of engines, members, devices and selectors."""
+    for e, engine in enumerate(engines):
+        for m, member in enumerate(engine.members):
+            for d, request in enumerate(member.requests or ()):
+                for s, expr in enumerate(request.selectors):
                     path = f"spec.engines[{e}].members[{m}].nodeSelector.devices[{d}]"
-                    yield f"{path}.selectors[{s}].cel", sel.get("cel") or ""
+                    yield f"{path}.selectors[{s}].cel", expr
 
 
-def _erring_selectors(spec_engines: Sequence[Mapping[str, Any]], matcher: Matcher) -> str:
+def _erring_selectors(engines: Sequence[Engine], matcher: Matcher) -> str:
     """Selectors that raised an error on every device they were evaluated on, by field path."""
     errors = []
-    for path, expr in _selector_paths(spec_engines):
+    for path, expr in _selector_paths(engines):
         error = matcher.always_errs(expr)
         if error is not None:
             errors.append(f"{path}: fails on every device it was tried on ({error})")
     return "; ".join(errors)
 
 
-def _invalid_selectors(spec_engines: Sequence[Mapping[str, Any]], compile_check: Compile) -> str:
+def _invalid_selectors(engines: Sequence[Engine], compile_check: Compile) -> str:
     """Selectors that do not compile, by field path (each distinct expression checked once)."""
     seen: dict[str, str] = {}
     errors = []
-    for path, expr in _selector_paths(spec_engines):
+    for path, expr in _selector_paths(engines):
         if expr not in seen:
             try:
                 compile_check(expr)

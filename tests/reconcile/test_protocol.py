@@ -33,7 +33,7 @@ from functions.model_deployment import replicas as rep
 from functions.model_deployment import scheduler
 from plnt import binding, capacity
 from plnt.reconcile import ledger
-from tests.scheduler.fleet import StubCel, cluster, engine, klass, member
+from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 
 CLASSES = [klass("h100")]  # 8 GPUs per node
 
@@ -131,7 +131,7 @@ def propose(case: Case, index: int, snapshot: list[dict]) -> list[tuple[str, Any
     own = [r for r in seen if r.deployment == name]
     cel = StubCel()
     result = scheduler.schedule(
-        spec["engines"],
+        view(spec["engines"]),
         replicas=wanted,
         cluster_selector=lambda labels: True,
         clusters=fleet(case),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from functions.model_deployment import scheduler
+from plnt.models.model_deployment import Engine
 
 
 class StubCel:
@@ -92,7 +93,8 @@ def member(
     nodes: int | None = None,
     selective: bool = True,
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": role, "template": {"spec": {"containers": [{"name": "engine"}]}}}
+    container = {"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}
+    out: dict[str, Any] = {"role": role, "template": {"spec": {"containers": [container]}}}
     if nodes is not None:
         out["worker"] = {"nodes": nodes}
     if selective:
@@ -102,6 +104,11 @@ def member(
             ]
         }
     return out
+
+
+def view(engines: list[dict[str, Any]]) -> tuple[scheduler.Engine, ...]:
+    """The scheduler's view of spec.engines, parsed by the model the function parses with."""
+    return scheduler.engines_from([Engine.model_validate(e) for e in engines])
 
 
 def engine(name: str = "llm", *members: dict[str, Any], copies: int = 1) -> dict[str, Any]:
@@ -135,7 +142,7 @@ def run(
 ) -> scheduler.Schedule:
     cel = cel or StubCel()
     return scheduler.schedule(
-        engines,
+        view(engines),
         replicas=replicas,
         cluster_selector=selector,
         clusters=clusters,

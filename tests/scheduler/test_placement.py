@@ -14,6 +14,7 @@ from tests.scheduler.fleet import (
     member,
     placed,
     run,
+    view,
     where,
 )
 
@@ -247,7 +248,7 @@ def test_pinned_replicas_count_for_spreading_and_capacity() -> None:
 
 def test_keep_only_never_places() -> None:
     result = scheduler.schedule(
-        [engine()],
+        view([engine()]),
         replicas=3,
         cluster_selector=lambda labels: True,
         clusters=[cluster("a", [L4])],

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from functions.model_deployment import scheduler
 from plnt import capacity as pcapacity
-from tests.scheduler.fleet import CLASSES, GPUS, StubCel, cluster, engine, member, placed
+from tests.scheduler.fleet import CLASSES, GPUS, StubCel, cluster, engine, member, placed, view
 
 CLASS_NAMES = [*sorted(GPUS), "missing"]
 
@@ -53,7 +53,7 @@ def other_replicas(fleet: list[dict], spec: list) -> list[scheduler.PlacedReplic
 def schedule(engs: list, fleet: list, fleet_replicas: list, replicas: int) -> scheduler.Schedule:
     cel = StubCel()
     return scheduler.schedule(
-        engs,
+        view(engs),
         replicas=replicas,
         cluster_selector=lambda labels: True,
         clusters=fleet,
