@@ -160,7 +160,15 @@ def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> No
     assert live.is_subsequence(["SmokeTesting", "Promoting", "Ready"], phases), phases
     md = plane.mgmt.get(*MD, NAME, NS)
     assert md["status"]["revisions"] == {"stable": canary}
-    assert {r["metadata"]["labels"]["modelplane.ai/revision"] for r in _replicas(plane)} == {canary}
+    # the replaced revision's replicas go by foreground deletion, which may finish after Ready
+    live.wait_for(
+        lambda: (
+            {r["metadata"]["labels"]["modelplane.ai/revision"] for r in _replicas(plane)}
+            == {canary}
+        ),
+        120,
+        "only the promoted revision's replicas left",
+    )
     assert wr["status"]["observedGeneration"] == wr["metadata"]["generation"]
 
 
