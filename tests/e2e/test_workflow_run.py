@@ -79,6 +79,10 @@ def created(plane):
     plane.kubectl("apply", "-f", str(SEED))
     try:
         wr = live.wait_object(plane.mgmt, *WR, NAME, NS, until=_ready, seconds=300)
+        # the watch stream may deliver the last write a moment after the GET that saw it
+        live.wait_for(
+            lambda: [p for p, _ in watch.values[-1:]] == ["Ready"], 30, "the watch to see Ready"
+        )
     finally:
         seen = watch.stop()
     return wr, seen
