@@ -198,8 +198,18 @@ def test_slow_canary_rolls_back_and_the_stable_revision_keeps_all_traffic(plane,
             "-p",
             json.dumps({"spec": {"resources": {"memoryGiB": 150}}}),
         )
+        # Crossplane applies a function's desired status (the phase) and then, in a second write,
+        # the conditions it returned (Serving): read both from the reconcile that rolled back
         wr = live.wait_object(
-            plane.mgmt, *WR, NAME, NS, until=lambda o: _phase(o) == "RolledBack", seconds=300
+            plane.mgmt,
+            *WR,
+            NAME,
+            NS,
+            until=lambda o: (
+                _phase(o) == "RolledBack"
+                and live.condition(o, "Serving").get("reason") == "RolledBack"
+            ),
+            seconds=300,
         )
     finally:
         plane.simulator.engines.policy = lambda ns, replica: engines.FAST
