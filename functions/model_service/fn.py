@@ -40,6 +40,13 @@ from plnt.models.model_endpoint import ModelEndpointSpec
 from plnt.models.model_service import ModelServiceSpec
 
 ROUTE = "route"
+# While a deployment routed here rolls out (it has a canary revision, or a canary run in its spec
+# it has not taken up yet), its endpoints come and go (the canary's appear, the gate promotes or
+# rolls it back) and all of it is read here as required resources, which Crossplane does not
+# watch: ask to be called again this soon, so the canary takes its share while it is
+# smoke-tested, not a 60 s TTL later (by then a fast gate has already promoted it, and it never
+# took traffic as a canary; seen on a live Crossplane).
+CANARY_TTL_S = 1.0
 NOT_ACCEPTED = "NotAccepted"  # Routed reason: the Gateway refuses the route
 ENDPOINTS_REFUSED = "EndpointsRefused"  # Routed reason: endpoints exist, none may get traffic
 
@@ -79,6 +86,8 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         for group, found in zip(spec.endpoints, selected, strict=True)
     ]
     canary_percent = {d: _canary_percent(obj) for d, obj in deployments.items()}
+    if any(_rolling_out(obj) for obj in deployments.values()):
+        rsp.meta.ttl.FromMilliseconds(int(CANARY_TTL_S * 1000))
     exact = weights.shares(groups, canary_percent)
     integers = weights.integer_weights(exact)
     path = spec.route_path(namespace, name)
@@ -278,6 +287,15 @@ def _revisions(deployment: dict[str, Any]) -> dict[str, str]:
     """A ModelDeployment's stable and canary revisions, as far as it reports them."""
     revisions = contracts.Revisions.of(deployment)
     return {k: v for k, v in (("stable", revisions.stable), ("canary", revisions.canary)) if v}
+
+
+def _rolling_out(deployment: dict[str, Any]) -> bool:
+    """A canary revision, or a canary run (``spec.canary.runId``) not yet in its status."""
+    if "canary" in _revisions(deployment):
+        return True
+    run = ((deployment.get("spec") or {}).get("canary") or {}).get("runId")
+    taken_up = ((deployment.get("status") or {}).get("canary") or {}).get("run")
+    return bool(run) and run != taken_up
 
 
 def _canary_percent(deployment: dict[str, Any]) -> int:

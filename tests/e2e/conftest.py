@@ -1,7 +1,10 @@
 """The live control plane, started once per test session on one pytest worker.
 
-Every test in this folder is in the xdist group "e2e" (`make test` runs pytest with
-`--dist loadgroup`), so one worker runs them all, in file order, against one stack.
+Every test in this folder that uses the shared stack is in the xdist group "e2e" (`make test`
+runs pytest with `--dist loadgroup`), so one worker runs them all, in file order, against one
+stack. The package-install test brings up a bare control plane of its own and shares nothing
+with that stack, so it is a group of its own ("e2e-packages"): with two workers it runs on the
+other one, beside the shared stack, instead of after it.
 """
 
 from __future__ import annotations
@@ -9,17 +12,41 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+from collections.abc import Callable
 
 import pytest
 
 from tests.e2e import packages, stack
+
+# Test files that start a control plane of their own (and no `plane`): their own xdist group.
+OWN_PLANE = {"tests/e2e/test_package_install.py": "e2e-packages"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group into the nodeid
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/e2e/" in item.nodeid:
-            item.add_marker(pytest.mark.xdist_group("e2e"))
+            group = OWN_PLANE.get(item.nodeid.split("::", 1)[0], "e2e")
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _e2e_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> pathlib.Path:
+    """A stack's working directory: ``$PLNT_E2E_DIR/name`` when set (a fixed place for the logs,
+    kept after the run, emptied before it), else a new temporary one. Each stack has its own, so
+    stacks on two workers never clear each other's."""
+    keep = os.environ.get("PLNT_E2E_DIR")
+    if not keep:
+        return tmp_path_factory.mktemp(name)
+    workdir = pathlib.Path(keep) / name
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def e2e_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], pathlib.Path]:
+    """``e2e_dir(name)``: the working directory of a stack a test module starts itself."""
+    return lambda name: _e2e_dir(tmp_path_factory, name)
 
 
 @pytest.fixture(scope="session")
@@ -28,13 +55,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory):
     gaps = stack.missing()
     if gaps:
         pytest.fail("the live control plane needs " + ", ".join(gaps) + ": run `make test`")
-    keep = os.environ.get("PLNT_E2E_DIR")  # a fixed place for the logs, kept after the run
-    if keep:
-        workdir = pathlib.Path(keep)
-        shutil.rmtree(workdir, ignore_errors=True)
-        workdir.mkdir(parents=True)
-    else:
-        workdir = tmp_path_factory.mktemp("e2e")
+    workdir = _e2e_dir(tmp_path_factory, "e2e")
     # One function runs from its built image under runc, as Crossplane's package runtime would
     # run it (tests/e2e/test_function_image.py); the image is built like `make package`.
     packages.build_packages(only=stack.FUNCTIONS_FROM_IMAGES)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -110,14 +111,18 @@ def build_packages(dist: pathlib.Path = DIST, only: Iterable[str] = ()) -> dict[
     names = list(only) or ["configuration"] + [
         d["package"].rsplit("/", 1)[1] for d in dependencies() if d["kind"] == "Function"
     ]
-    report = dist / "report.json"
+    # a report of this call's own: the package-install test and the shared stack (on two
+    # workers) build into the same folder, one after the other (hack/package.py locks)
+    report = dist / f"report-{os.getpid()}.json"
     argv = [sys.executable, str(REPO / "hack" / "package.py"), "--dist", str(dist)]
     argv += [a for n in names for a in ("--only", n)] + ["--report", str(report)]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"hack/package.py failed:\n{proc.stdout}{proc.stderr}")
     out = {}
-    for artifact in json.loads(report.read_text())["artifacts"]:
+    artifacts = json.loads(report.read_text())["artifacts"]
+    report.unlink()
+    for artifact in artifacts:
         path = pathlib.Path(artifact)
         out[path.name.rsplit("-v", 1)[0]] = path
     return out

@@ -136,10 +136,15 @@ SHARED_VAST = {
 
 
 # How long a pod's init containers (staging model weights) "run", and then how long its engine
-# takes to load them and pass its readiness probe: long enough (several of Crossplane's poll
-# intervals) that PullingWeights and Deploying are each seen.
-STAGING_SECONDS = 30.0
-ENGINE_START_SECONDS = 30.0
+# takes to load them and pass its readiness probe. A ModelReplica reports PullingWeights from
+# its first reconcile after its Deployment has pods (a watched change) until it reads the pods'
+# finished init containers back (each pod's observe-only Object, refreshed on provider-
+# kubernetes' poll), so the staging time spans several provider polls and that chain under load
+# (15 s was too short once in three runs on a loaded machine); Deploying is written for
+# at least one reconcile after PullingWeights however soon the engine is up (functions/
+# workflow_run/phases.py), and the loading time leaves the gate's wait a few polls of its own.
+STAGING_SECONDS = 25.0
+ENGINE_START_SECONDS = 8.0
 
 
 def condition(

@@ -51,9 +51,27 @@ ADMIN_TOKEN = "plnt-e2e-admin"  # loopback-only credentials of throwaway servers
 # The CoreWeave API access token the provider-coreweave ProviderConfig holds; the kubeconfig a
 # CoreWeaveCluster composes authenticates to the CKS cluster with it.
 COREWEAVE_TOKEN = "plnt-e2e-coreweave-token"
-# Crossplane's poll interval: how often an XR is reconciled when nothing it watches changes.
-# Required resources (the fleet) are not watched, so a short interval keeps the tests brisk.
+# Crossplane's poll interval: how often an XR is reconciled when nothing it watches changes and
+# its functions set no TTL. (plnt's functions always answer with a TTL, the SDK's 60 s unless a
+# step asks for less, and Crossplane then requeues after the TTL instead.)
 POLL_INTERVAL = "5s"
+# Crossplane's per-XR circuit breaker on watch events (a token bucket; default burst 100 and
+# refill 1/s, open for 5 min with a probe every 30 s). Converging here trips it within seconds:
+# the simulator and provider-kubernetes write the statuses of a dozen composed resources at
+# once, several times each, and each change reaches the breaker many times over (seen: over 1000
+# in 3 s for one ModelReplica as its Objects came up; InferenceCluster lab-h100 and every
+# WorkflowRun replica tripped the default). An XR whose breaker is open sees a change only on
+# its next 30 s probe or 60 s TTL requeue, which was most of the suite's time. This bucket still
+# opens on a sustained storm (a fight between controllers) above the refill rate, and then
+# closes after 10 s instead of 5 min; the suite never asserts on the breaker.
+CIRCUIT_BREAKER = (
+    "--circuit-breaker-burst=5000",
+    "--circuit-breaker-refill-rate=100",
+    "--circuit-breaker-cooldown=10s",
+)
+# provider-kubernetes' poll: how often each Object (plnt composes them without `watch`) reads its
+# resource back from the workload cluster, e.g. a Deployment becoming available.
+PROVIDER_POLL = "5s"
 
 # What a workload cluster's kube-controller-manager runs: the real Deployment and ReplicaSet
 # controllers make the engines' pods and report availability from their status (written by the
@@ -333,6 +351,7 @@ class ControlPlane:
             f"--health-probe-port={free_port()}",
             f"--webhook-port={free_port()}",
             f"--poll-interval={POLL_INTERVAL}",
+            *CIRCUIT_BREAKER,
             f"--xpkg-cache-dir={self.dir / 'crossplane' / 'xpkg-cache'}",
             f"--xfn-cache-dir={self.dir / 'crossplane' / 'xfn-cache'}",
             "--debug",
@@ -362,7 +381,7 @@ class ControlPlane:
         bundle.write_bytes(self.ca.pair.cert)
         self.provider_argv = [
             str(PROVIDER_KUBERNETES),
-            "--poll=10s",
+            f"--poll={PROVIDER_POLL}",
             "--enable-watches",
             f"--health-probe-bind-addr=127.0.0.1:{free_port()}",
             "--debug",

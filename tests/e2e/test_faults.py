@@ -62,7 +62,15 @@ def test_killed_function_and_crossplane_lose_nothing(plane) -> None:
         owned[owners[0]].append(replica["metadata"]["name"])
     assert {k: len(v) for k, v in owned.items()} == DEPLOYMENTS, owned
 
-    # every replica rendered (bound), within the pool's devices (counted from what rendered)
+    # every replica rendered (bound), within the pool's devices (counted from what rendered);
+    # a replica's engine Object is composed on its first reconcile after the binder commits it,
+    # which may come a moment after its ModelDeployment reports every replica bound
+    replicas = sorted(n for names in owned.values() for n in names)
+    live.wait_for(
+        lambda: sorted(fleet.rendered_gpus(plane, NS)) == replicas,
+        60,
+        "every replica's engine workload composed",
+    )
     rendered = fleet.rendered_gpus(plane, NS)
     assert sorted(rendered) == sorted(n for names in owned.values() for n in names), rendered
     assert sum(rendered.values()) <= fleet.NODES * 8

@@ -13,9 +13,7 @@ Secret's certificates at /tls/server) and the other functions as local processes
 
 from __future__ import annotations
 
-import os
 import pathlib
-import shutil
 import time
 
 import pytest
@@ -28,17 +26,11 @@ CLASS = "plnt-e2e-l40s-4x"
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory):
+def installed(e2e_dir):
     gaps = stack.missing() + packages.missing()
     if gaps:
         pytest.fail("the package-install test needs " + ", ".join(gaps) + ": run `make test`")
-    keep = os.environ.get("PLNT_E2E_DIR")
-    if keep:
-        workdir = pathlib.Path(keep) / "packages"
-        shutil.rmtree(workdir, ignore_errors=True)
-        workdir.mkdir(parents=True)
-    else:
-        workdir = tmp_path_factory.mktemp("e2e-packages")
+    workdir = e2e_dir("packages")
     built = packages.build_packages()
     plane = stack.ControlPlane(workdir, bare=True)
     install = None

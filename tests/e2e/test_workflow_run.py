@@ -79,6 +79,10 @@ def created(plane):
     plane.kubectl("apply", "-f", str(SEED))
     try:
         wr = live.wait_object(plane.mgmt, *WR, NAME, NS, until=_ready, seconds=300)
+        # the watch stream may deliver the last write a moment after the GET that saw it
+        live.wait_for(
+            lambda: [p for p, _ in watch.values[-1:]] == ["Ready"], 30, "the watch to see Ready"
+        )
     finally:
         seen = watch.stop()
     return wr, seen
@@ -160,7 +164,15 @@ def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> No
     assert live.is_subsequence(["SmokeTesting", "Promoting", "Ready"], phases), phases
     md = plane.mgmt.get(*MD, NAME, NS)
     assert md["status"]["revisions"] == {"stable": canary}
-    assert {r["metadata"]["labels"]["modelplane.ai/revision"] for r in _replicas(plane)} == {canary}
+    # the replaced revision's replicas go by foreground deletion, which may finish after Ready
+    live.wait_for(
+        lambda: (
+            {r["metadata"]["labels"]["modelplane.ai/revision"] for r in _replicas(plane)}
+            == {canary}
+        ),
+        120,
+        "only the promoted revision's replicas left",
+    )
     assert wr["status"]["observedGeneration"] == wr["metadata"]["generation"]
 
 
@@ -186,8 +198,18 @@ def test_slow_canary_rolls_back_and_the_stable_revision_keeps_all_traffic(plane,
             "-p",
             json.dumps({"spec": {"resources": {"memoryGiB": 150}}}),
         )
+        # Crossplane applies a function's desired status (the phase) and then, in a second write,
+        # the conditions it returned (Serving): read both from the reconcile that rolled back
         wr = live.wait_object(
-            plane.mgmt, *WR, NAME, NS, until=lambda o: _phase(o) == "RolledBack", seconds=300
+            plane.mgmt,
+            *WR,
+            NAME,
+            NS,
+            until=lambda o: (
+                _phase(o) == "RolledBack"
+                and live.condition(o, "Serving").get("reason") == "RolledBack"
+            ),
+            seconds=300,
         )
     finally:
         plane.simulator.engines.policy = lambda ns, replica: engines.FAST

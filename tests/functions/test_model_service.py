@@ -17,7 +17,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from functions.model_service import weights
+from functions.model_service import fn, weights
 from plnt import xp
 from plnt_host import render
 
@@ -160,6 +160,30 @@ def test_a_deployment_without_a_stable_revision_gets_no_traffic() -> None:
         "3 endpoint(s) of a first rollout wait for the latency gate (qwen3-8b-coreweave-h100-0, "
         "qwen3-8b-coreweave-h100-1, qwen3-8b-lab-l4-0); the route answers 503"
     )
+
+
+def test_a_canary_in_flight_asks_to_be_called_again_soon() -> None:
+    """Its endpoints and the gate's verdict are required resources, which Crossplane does not
+    watch: while a routed deployment rolls out (a canary revision, or a canary run it has not
+    taken up yet), the response's TTL is CANARY_TTL_S (else the SDK's default), so the canary
+    takes its share before a fast gate promotes it."""
+
+    def ttl(required: list[dict]) -> float:
+        trace: list[tuple[str, fnv1.RunFunctionRequest]] = []
+        render.run_pipeline(COMPOSITION, SCENARIO.xr, [], required, trace=trace)
+        ((_, req),) = [t for t in trace if t[0].endswith("model-service")]
+        return fn.run_function(req).meta.ttl.ToMilliseconds() / 1000
+
+    assert ttl(SCENARIO.required) == fn.CANARY_TTL_S
+    required = copy.deepcopy(SCENARIO.required)
+    (deployment,) = [o for o in required if o["kind"] == "ModelDeployment"]
+    deployment["status"]["revisions"].pop("canary")
+    deployment["spec"].setdefault("canary", {})["runId"] = "r-1"
+    deployment["status"].setdefault("canary", {})["run"] = "r-1"
+    assert ttl(required) > 10 * fn.CANARY_TTL_S
+    # a new run in the spec, before the deployment has taken it up (no canary revision yet)
+    deployment["spec"]["canary"]["runId"] = "r-2"
+    assert ttl(required) == fn.CANARY_TTL_S
 
 
 def test_a_degraded_replicas_endpoint_is_absent_and_its_share_moves() -> None:
