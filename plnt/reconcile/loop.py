@@ -25,6 +25,9 @@ from plnt.reconcile.metrics import Readings
 
 log = logging.getLogger(__name__)
 
+# Scale writes retried after a 409 (a status write moved the resourceVersion) per pass.
+SCALE_CONFLICT_RETRIES = 3
+
 
 class Cluster(Protocol):
     def read_scale(self, namespace: str, name: str) -> k8s.Scale: ...
@@ -122,9 +125,7 @@ class Reconciler:
         out.decision = decision
         if decision.changed:
             try:
-                self.cluster.patch_scale(
-                    out.namespace, out.name, decision.to_replicas, scale.resource_version
-                )
+                self._write_scale(out.namespace, out.name, decision, scale)
                 out.applied = True
             except Exception as err:
                 out.error = f"writing scale: {k8s.api_error(err)}"
@@ -140,6 +141,31 @@ class Reconciler:
         level = logging.WARNING if decision.warning or out.error else logging.INFO
         log.log(level, "%s", out.line())
         return out
+
+    def _write_scale(self, namespace: str, name: str, decision: Decision, scale: k8s.Scale) -> None:
+        """Writes the decision with the resourceVersion read. Crossplane writes the XR's status
+        often, and each write moves the resourceVersion the scale write is conditioned on: on a
+        409 re-read, and write again only while spec.replicas is still what was decided from
+        (someone else's scale is never overwritten; the next pass decides from it)."""
+        for attempt in range(SCALE_CONFLICT_RETRIES + 1):
+            try:
+                self.cluster.patch_scale(
+                    namespace, name, decision.to_replicas, scale.resource_version
+                )
+                return
+            except Exception as err:
+                if getattr(err, "status", None) != 409 or attempt == SCALE_CONFLICT_RETRIES:
+                    raise
+            scale = self.cluster.read_scale(namespace, name)
+            if scale.replicas != decision.from_replicas:
+                raise ScaleMovedError(
+                    f"spec.replicas moved from {decision.from_replicas} to {scale.replicas} "
+                    "while deciding; left as it is"
+                )
+
+
+class ScaleMovedError(Exception):
+    """spec.replicas changed between the read the decision came from and its write."""
 
 
 @dataclass

@@ -21,16 +21,24 @@ class FakeCluster:
     def __init__(self, items: list[dict]) -> None:
         self.items = {(m["metadata"]["namespace"], m["metadata"]["name"]): m for m in items}
         self.writes: list[tuple] = []
-        self.conflict_on: set[str] = set()
+        self.conflict_on: set[str] = set()  # every scale write conflicts
+        self.moves: dict[str, int] = {}  # the next scale write conflicts, as another writer moved
+        self.replicas_moved_to: dict[str, int] = {}  # ... and that writer also scaled
 
     def read_scale(self, namespace, name):
         md = self.items[(namespace, name)]
         return kube.Scale(md["spec"].get("replicas", 0), md["metadata"]["resourceVersion"])
 
     def patch_scale(self, namespace, name, replicas, resource_version):
+        md = self.items[(namespace, name)]
         if name in self.conflict_on:
             raise ApiException(status=409, reason="Conflict")
-        md = self.items[(namespace, name)]
+        if self.moves.get(name):
+            self.moves[name] -= 1
+            md["metadata"]["resourceVersion"] = str(int(md["metadata"]["resourceVersion"]) + 1)
+            if name in self.replicas_moved_to:
+                md["spec"]["replicas"] = self.replicas_moved_to[name]
+            raise ApiException(status=409, reason="Conflict")
         assert resource_version == md["metadata"]["resourceVersion"]
         md["spec"]["replicas"] = replicas
         self.writes.append(("scale", name, replicas))
@@ -146,6 +154,26 @@ def test_conflicting_scale_write_is_reported_and_not_recorded():
     assert not out.applied
     assert out.error.startswith("writing scale: HTTP 409")
     assert cluster.writes == []
+
+
+def test_a_status_write_between_read_and_scale_write_is_retried_on_the_fresh_version():
+    cluster = FakeCluster([model_deployment("llama", 1, AUTO)])
+    cluster.moves["llama"] = 2  # Crossplane wrote the XR's status twice meanwhile
+    [out] = reconciler(cluster, {("ns", "llama"): 350.0}).reconcile(list(cluster.items.values()))
+    assert out.applied and not out.error
+    assert ("scale", "llama", out.decision.to_replicas) in cluster.writes
+    assert cluster.items[("ns", "llama")]["spec"]["replicas"] == out.decision.to_replicas > 1
+
+
+def test_someone_elses_scale_between_read_and_write_is_left_alone():
+    cluster = FakeCluster([model_deployment("llama", 1, AUTO)])
+    cluster.moves["llama"] = 1
+    cluster.replicas_moved_to["llama"] = 3  # kubectl scale landed first
+    [out] = reconciler(cluster, {("ns", "llama"): 350.0}).reconcile(list(cluster.items.values()))
+    assert not out.applied
+    assert "spec.replicas moved from 1 to 3" in out.error
+    assert cluster.items[("ns", "llama")]["spec"]["replicas"] == 3
+    assert not [w for w in cluster.writes if w[0] == "scale"]
 
 
 def test_scale_down_happens_after_the_window_on_the_loop_clock():
