@@ -26,6 +26,7 @@ WEIGHTS_PATH = "plnt.work/weights-path"  # pod template annotation: where the en
 WEIGHTS_SECRET = "plnt.work/weights-secret"  # noqa: S105 (annotation: the downloader's Secret)
 WORKFLOW_RUN_ID = "plnt.work/workflow-run-id"  # annotation on what a WorkflowRun composes
 STABLE_REVISION = "plnt.work/stable-revision"  # annotation: the revision serving traffic
+CANARY_REVISION = "plnt.work/canary-revision"  # annotation: the revision under smoke test
 
 LABEL_VALUE_MAX = 63
 

@@ -65,11 +65,14 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     deployments = deployments_of(req, rsp, endpoints.values(), namespace)
     # A deployment's first revision takes no traffic until the canary gate passes it.
     held = sorted(n for n, ep in endpoints.items() if _untested(ep, deployments))
-    if held:
+    # A revision promoted away or rolled back keeps its endpoints while its replicas go; it
+    # takes no share once an endpoint of a revision its deployment reports can take it.
+    left_out = {*held, *_retired(endpoints, deployments)}
+    if left_out:
         selected = [
-            [ep for ep in found if ep["metadata"]["name"] not in held] for found in selected
+            [ep for ep in found if ep["metadata"]["name"] not in left_out] for found in selected
         ]
-        endpoints = {n: ep for n, ep in endpoints.items() if n not in held}
+        endpoints = {n: ep for n, ep in endpoints.items() if n not in left_out}
     gateways = xp.require(
         req,
         rsp,
@@ -281,6 +284,24 @@ def _untested(ep: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> boo
     if dep is None:
         return False
     return not contracts.Revisions.of(dep).stable
+
+
+def _retired(
+    endpoints: dict[str, dict[str, Any]], deployments: dict[str, dict[str, Any]]
+) -> list[str]:
+    """Endpoints of a revision their deployment no longer reports (neither stable nor canary),
+    where an endpoint of one it reports exists beside them; endpoints without a revision label
+    or of a deployment that reports none are never retired."""
+    current: dict[str, list[str]] = {}
+    others: dict[str, list[str]] = {}
+    for ep_name, ep in endpoints.items():
+        revision = (ep["metadata"].get("labels") or {}).get(labels.REVISION)
+        dep = deployment_of(ep)
+        reported = set(_revisions(deployments.get(dep or "") or {}).values())
+        if not (dep and revision and reported):
+            continue
+        (current if revision in reported else others).setdefault(dep, []).append(ep_name)
+    return sorted(n for dep, names in others.items() if current.get(dep) for n in names)
 
 
 def _revisions(deployment: dict[str, Any]) -> dict[str, str]:

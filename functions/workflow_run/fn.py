@@ -284,13 +284,17 @@ def model_service(
 ) -> dict[str, Any]:
     """Routes the default control-plane Gateway at ``/<namespace>/<run>`` to the run's endpoints.
 
-    The ``plnt.work/stable-revision`` annotation follows the deployment's stable revision, so a
-    promotion changes the ModelService and it re-reads its endpoints at once, not at its next
-    poll."""
+    The ``plnt.work/stable-revision`` and ``plnt.work/canary-revision`` annotations follow the
+    deployment's revisions, so a canary appearing, a promotion and a rollback each change the
+    ModelService and it re-reads its endpoints at once (they are required resources, which
+    Crossplane does not watch), not at its next poll: a canary takes its share while it is
+    smoke-tested, even when the service last ran before the deployment took the update up."""
     annotations = {labels.WORKFLOW_RUN_ID: identity["workflowRunId"]}
-    stable = contracts.Revisions.of(seen_deployment).stable
-    if stable:
-        annotations[labels.STABLE_REVISION] = stable
+    revisions = contracts.Revisions.of(seen_deployment)
+    if revisions.stable:
+        annotations[labels.STABLE_REVISION] = revisions.stable
+    if revisions.canary:
+        annotations[labels.CANARY_REVISION] = revisions.canary
     return {
         "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "ModelService",

@@ -423,3 +423,36 @@ def test_a_deployment_canary_percent_is_read_within_the_xrd_bounds(
     from functions.model_service import fn
 
     assert fn._canary_percent({"spec": {"canary": canary}}) == want
+
+
+def test_a_revision_promoted_away_takes_no_share_while_its_replicas_go() -> None:
+    """After a promotion the old revision's endpoints linger while its replicas are deleted;
+    counted as stable they took half the deployment's share (seen live). They take none while an
+    endpoint of a revision the deployment reports is there, and keep serving if none is."""
+    required = copy.deepcopy(SCENARIO.required)
+    (deployment,) = [o for o in required if o["kind"] == "ModelDeployment"]
+    revisions = deployment["status"]["revisions"]
+    promoted = revisions["canary"]
+    ours = [o for o in required if o["kind"] == "ModelEndpoint" and fn.deployment_of(o)]
+    old = [
+        o["metadata"]["name"]
+        for o in ours
+        if o["metadata"]["labels"].get("modelplane.ai/revision") != promoted
+    ]
+    assert old, "the example has endpoints of the stable revision"
+    deployment["status"]["revisions"] = {"stable": promoted}  # the gate passed: promoted
+    got = weights_of(run(SCENARIO.xr, required))
+    assert not set(old) & set(got), got
+    assert sum(got.values()) == 1000
+    # exactly as if the old endpoints were already gone
+    gone = [o for o in required if o["metadata"]["name"] not in old]
+    assert got == weights_of(run(SCENARIO.xr, gone))
+
+    # with no endpoint of the promoted revision up yet, the old ones keep serving
+    lone = [
+        o
+        for o in required
+        if o["kind"] != "ModelEndpoint" or o["metadata"]["name"] in old or not fn.deployment_of(o)
+    ]
+    got = weights_of(run(SCENARIO.xr, lone))
+    assert set(old) <= set(got) and all(got[n] > 0 for n in old), got

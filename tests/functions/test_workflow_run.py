@@ -1056,3 +1056,25 @@ def test_seed_storage_uri_becomes_the_engines_weights_init_container() -> None:
     (engine,) = pod["containers"]
     assert engine["volumeMounts"] == [{"name": "weights", "mountPath": "/models", "readOnly": True}]
     assert engine["args"][0] == "/models"  # vLLM serves the staged directory
+
+
+def test_the_service_follows_the_deployments_revisions_so_a_canary_wakes_it() -> None:
+    """The ModelService reads endpoints as required resources, which Crossplane does not watch:
+    each change of revisions must change the service itself (live: a service that ran before the
+    deployment took an update up never showed the canary's share)."""
+    md = desired(run(seed()))["model-deployment"]
+
+    def service_annotations(revisions: dict | None) -> dict:
+        seen = copy.deepcopy(md)
+        if revisions is not None:
+            seen["status"] = {"revisions": revisions}
+        out = desired(run(seed(), {"model-deployment": seen}))["model-service"]
+        return {k: v for k, v in out["metadata"]["annotations"].items() if "revision" in k}
+
+    assert service_annotations(None) == {}
+    assert service_annotations({"canary": "b"}) == {"plnt.work/canary-revision": "b"}
+    assert service_annotations({"stable": "a", "canary": "b"}) == {
+        "plnt.work/stable-revision": "a",
+        "plnt.work/canary-revision": "b",
+    }
+    assert service_annotations({"stable": "b"}) == {"plnt.work/stable-revision": "b"}
