@@ -12,11 +12,11 @@ compared. Rounds of ten prompts each differ by 15-50% from each other on this ma
 alternating rounds let the load of other tests land on one client only (a run of three rounds
 read the gate 35% above the client once), so the turns are single prompts. On a quiet machine
 the medians agree within 20% (turn by turn, 24 pairs: gate 10.2 ms TTFT / 0.81 ms TPOT, openai
-12.4 / 0.78). When other tests share the cores (the suite runs two at a time) the openai client, which parses every chunk
-into objects, reads up to 2x higher and the lighter gate does not: so the test holds the gate to
-never reading higher than the independent clock (beyond AGREEMENT or AGREEMENT_MS), and both to
-within FACTOR of each other (a wrong divisor or a clock started at the wrong event is off by
-more).
+12.4 / 0.78). When other tests share the cores (the suite runs two at a time) the openai
+client, which parses every chunk into objects, reads higher and the lighter gate does not: so
+the test holds the gate to never reading higher than the independent clock (beyond AGREEMENT
+or AGREEMENT_MS), and both to within FACTOR of each other (a wrong divisor or a clock started at
+the wrong event is off by more).
 """
 
 from __future__ import annotations
