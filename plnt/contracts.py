@@ -123,6 +123,6 @@ def verdict_on(revision: str, run: str | None, *candidates: object) -> dict[str,
     belongs to no run), as a dict; None when none is."""
     for candidate in candidates:
         gate = Gate.of(candidate)
-        if gate.decided and gate.raw.get("revision") == revision and gate.raw.get("run") == run:
+        if gate.decided and gate.revision == revision and gate.run == run:
             return dict(gate.raw)
     return None

@@ -54,9 +54,9 @@ def autoscaled(md: dict[str, Any], replicas: int) -> Deployment | None:
     Raises InvalidAutoscalingError for a target that is present but unusable.
     """
     meta, spec = md.get("metadata", {}), md.get("spec") or {}
-    raw = spec.get("autoscaling") or {}
-    if raw.get("targetTokensPerSecond") is None:
-        return None
+    raw = spec.get("autoscaling")
+    if raw is None or (isinstance(raw, dict) and raw.get("targetTokensPerSecond") is None):
+        return None  # anything else that is not a map is refused by the model, naming the field
     # The same model (and so the same bounds) the ModelDeployment function validates with.
     try:
         auto = xp.parse(Autoscaling, raw, "spec.autoscaling")

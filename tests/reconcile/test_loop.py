@@ -245,6 +245,7 @@ def test_autoscaling_fields_parse(auto, parsed):
         ({"targetTokensPerSecond": True, "maxReplicas": 4}, "targetTokensPerSecond"),
         ({"targetTokensPerSecond": -1, "maxReplicas": 4}, "targetTokensPerSecond"),
         ({"targetTokensPerSecond": 50}, "spec.autoscaling.maxReplicas: Field required"),
+        ("fast", "spec.autoscaling: Input should be"),
         ({"targetTokensPerSecond": 50, "minReplicas": 5, "maxReplicas": 2}, "must not exceed"),
     ],
 )
