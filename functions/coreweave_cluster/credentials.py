@@ -54,11 +54,11 @@ def find_token(
         return Token(problem=where, pending=True)
     if not configs:
         return Token(problem=f"{where} not found")
-    creds = (configs[0].get("spec") or {}).get("credentials") or {}
-    ref = creds.get("secretRef") or {}
-    if creds.get("source") != "Secret" or not ref.get("name") or not ref.get("key"):
+    creds = _map(_map(configs[0].get("spec")).get("credentials"))
+    ref = _map(creds.get("secretRef"))
+    if creds.get("source") != "Secret" or not _text(ref.get("name")) or not _text(ref.get("key")):
         return Token(problem=f"{where} does not take its credentials from a Secret")
-    secret_ns = ref.get("namespace") or namespace
+    secret_ns = _text(ref.get("namespace")) or namespace
     secret_where = f"Secret {secret_ns}/{ref['name']}"
     secrets = xp.require(
         req,
@@ -83,10 +83,10 @@ def find_token(
 
 
 def _secret_value(secret: dict[str, Any], key: str) -> str | None:
-    string_data = secret.get("stringData") or {}
+    string_data = _map(secret.get("stringData"))
     if key in string_data:
         return str(string_data[key])
-    data = secret.get("data") or {}
+    data = _map(secret.get("data"))
     if key not in data:
         return None
     try:
@@ -110,3 +110,12 @@ def token_from_credentials(raw: str) -> str | None:
     if any(c.isspace() for c in text):
         return None
     return text
+
+
+def _map(value: object) -> dict[str, Any]:
+    """A ProviderConfig is anyone's to write: a field of the wrong shape reads as absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

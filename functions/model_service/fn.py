@@ -353,10 +353,14 @@ def _accepted(route: dict[str, Any] | None) -> bool:
 
 
 def _gateway_address(found: list[dict[str, Any]] | None) -> str | None:
+    """The Gateway's first address; a status of the wrong shape (it is anyone's to write) has
+    none."""
     for gw in found or []:
-        for address in (gw.get("status") or {}).get("addresses") or []:
-            if address.get("value"):
-                return address["value"]
+        addresses = xp.status_of(gw).get("addresses")
+        for address in addresses if isinstance(addresses, list) else []:
+            value = address.get("value") if isinstance(address, dict) else None
+            if isinstance(value, str) and value:
+                return value
     return None
 
 

@@ -678,3 +678,20 @@ def test_invalid_xr_is_a_fatal_naming_the_field(path: pathlib.Path) -> None:
     assert fatals[0].startswith("invalid input: ")
     assert expected in fatals[0]
     assert not rsp.desired.resources
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [True, {"source": "Secret", "secretRef": 7}, {"source": "Secret", "secretRef": {"name": 3}}],
+)
+def test_a_provider_config_of_the_wrong_shape_is_named_not_a_crash(credentials) -> None:
+    """A ProviderConfig is anyone's to write (a fuzzed fleet found these crashing)."""
+    xr, observed, required = scenario(READY)
+    required = copy.deepcopy(required)
+    (config,) = [o for o in required if o["kind"] == "ClusterProviderConfig"]
+    config["spec"]["credentials"] = credentials
+    rsp = run(xr, observed, required, calls=3)
+    assert not [r for r in rsp.results if "internal error" in r.message]
+    assert "ClusterProviderConfig default does not take its credentials from a Secret" in (
+        provisioned(rsp).message
+    )

@@ -456,3 +456,14 @@ def test_a_revision_promoted_away_takes_no_share_while_its_replicas_go() -> None
     ]
     got = weights_of(run(SCENARIO.xr, lone))
     assert set(old) <= set(got) and all(got[n] > 0 for n in old), got
+
+
+@pytest.mark.parametrize("addresses", [True, [None], [{"value": 7}], 3])
+def test_a_gateway_status_of_the_wrong_shape_has_no_address(addresses) -> None:
+    """The Gateway is anyone's to write (a fuzzed fleet found these crashing)."""
+    gateway = _gateway()
+    gateway["status"]["addresses"] = addresses
+    required = [o for o in SCENARIO.required if o["kind"] != "Gateway"] + [gateway]
+    out = run(SCENARIO.xr, required)
+    assert "url" not in out.status, "no usable Gateway address and no hostname: no URL yet"
+    assert sum(weights_of(out).values()) == weights.TOTAL

@@ -295,6 +295,9 @@ def embedded_manifests(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
     observed, the one it last read back."""
     if obj.get("apiVersion", "").startswith("kubernetes.") and obj.get("kind") == "Object":
         for root, field in (("spec", "forProvider"), ("status", "atProvider")):
-            manifest = ((obj.get(root) or {}).get(field) or {}).get("manifest")
+            node: Any = obj
+            for key in (root, field, "manifest"):  # a mutation may put anything anywhere
+                node = node.get(key) if isinstance(node, dict) else None
+            manifest = node
             if isinstance(manifest, dict):
                 yield manifest
