@@ -1,10 +1,7 @@
 """The live control plane, started once per test session on one pytest worker.
 
-Every test in this folder that uses the shared stack is in the xdist group "e2e" (`make test`
-runs pytest with `--dist loadgroup`), so one worker runs them all, in file order, against one
-stack. The package-install test brings up a bare control plane of its own and shares nothing
-with that stack, so it is a group of its own ("e2e-packages"): with two workers it runs on the
-other one, beside the shared stack, instead of after it.
+Every test in this folder that uses the shared stack is in the xdist group "e2e" (tests/conftest.py
+says which files share a worker), so one worker runs them all, in file order, against one stack.
 """
 
 from __future__ import annotations
@@ -17,17 +14,6 @@ from collections.abc import Callable
 import pytest
 
 from tests.e2e import packages, stack
-
-# Test files that start a control plane of their own (and no `plane`): their own xdist group.
-OWN_PLANE = {"tests/e2e/test_package_install.py": "e2e-packages"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group into the nodeid
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/e2e/" in item.nodeid:
-            group = OWN_PLANE.get(item.nodeid.split("::", 1)[0], "e2e")
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _e2e_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> pathlib.Path:
