@@ -54,6 +54,9 @@ class BindingRecord(_Strict):
     digest: str
     cluster: str
     slots: dict[str, list[list[Any]]]
+    # The ledger's sequence when the entry was committed: a fleet view of that ledger sequence
+    # or later counts the replica (0: committed before ledgers were numbered).
+    ledger: int = 0
 
 
 class RefusalRecord(_Strict):
@@ -69,6 +72,7 @@ class State:
     slots: Mapping[str, tuple[capacity.Slot, ...]] | None = None  # when bound
     message: str = ""  # refusal
     over_committed: str = ""
+    ledger: int = 0  # when bound: the ledger sequence of the commit
 
 
 def demand_of(obj: Mapping[str, Any]) -> dict[str, tuple[capacity.Pods, ...]]:
@@ -145,7 +149,7 @@ def state_of(obj: Mapping[str, Any]) -> State:
         except (ValidationError, ValueError, TypeError):
             record = None
         if record is not None and record.digest == current:
-            return State(BOUND, current, demand, slots, over_committed=over)
+            return State(BOUND, current, demand, slots, over_committed=over, ledger=record.ledger)
     raw = annotations.get(REFUSED)
     if raw:
         try:
@@ -157,10 +161,12 @@ def state_of(obj: Mapping[str, Any]) -> State:
     return State(PENDING, current, demand)
 
 
-def binding_json(digest_: str, cluster: str, slots: Mapping[str, tuple[capacity.Slot, ...]]) -> str:
+def binding_json(
+    digest_: str, cluster: str, slots: Mapping[str, tuple[capacity.Slot, ...]], ledger: int = 0
+) -> str:
     return BindingRecord(
-        digest=digest_, cluster=cluster, slots=capacity.slots_json(slots)
-    ).model_dump_json()
+        digest=digest_, cluster=cluster, slots=capacity.slots_json(slots), ledger=ledger
+    ).model_dump_json(exclude_defaults=True)
 
 
 def refusal_json(digest_: str, message: str) -> str:

@@ -86,6 +86,29 @@ class Slot:
 Slots = Mapping[str, tuple[Slot, ...]]  # per pool
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeUse:
+    """What is taken on one used (virtual) node of a pool: its pods, whether a gang pod holds it
+    whole, and the amounts taken. The fleet view carries a pool as its used nodes only."""
+
+    node: int
+    pods: int
+    whole: bool
+    used: Vector
+
+    def to_json(self) -> list[Any]:
+        return [self.node, self.pods, int(self.whole), dict(self.used)]
+
+    @staticmethod
+    def from_json(raw: Any) -> NodeUse:
+        node, pods, whole, used = raw
+        if not isinstance(used, dict):
+            raise ValueError(f"bad node entry {raw!r}")
+        return NodeUse(
+            int(node), int(pods), bool(whole), vector({str(k): int(v) for k, v in used.items()})
+        )
+
+
 def demand_json(demand: Demand) -> str:
     return json.dumps(
         {pool: [p.to_json() for p in pods] for pool, pods in sorted(demand.items())},
@@ -259,6 +282,29 @@ class Pool:
                 if best is None or left < best_left:
                     best, best_left = i, left
         return best
+
+    def usage(self) -> tuple[NodeUse, ...]:
+        """The used nodes, in node order: with `load` on an empty pool of the same nodes and
+        shape, exactly this pool again."""
+        out = []
+        for i in range(self.nodes):
+            if not self.pods[i]:
+                continue
+            free = self.free[i]
+            used = {k: v - free.get(k, 0) for k, v in self._offers.items()}
+            out.append(NodeUse(i, self.pods[i], self.whole[i], vector(used)))
+        return tuple(out)
+
+    def load(self, uses: Iterable[NodeUse]) -> None:
+        """Sets nodes to what `usage` recorded (an empty pool in, so nothing is charged twice);
+        a node beyond the pool (it shrank since) is the binder's over-commit to report."""
+        for use in uses:
+            if not 0 <= use.node < self.nodes:
+                continue
+            self.pods[use.node] = use.pods
+            self.whole[use.node] = use.whole
+            taken = dict(use.used)
+            self.free[use.node] = {k: v - taken.get(k, 0) for k, v in self._offers.items()}
 
     # --- reading ----------------------------------------------------------------------------
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from plnt import capacity, quantity
 
 
-@dataclasses.dataclass(frozen=True)
-class Pool:
+class Pool(NamedTuple):  # a tuple: a 10,000-cluster view makes 80,000 of these per read
     name: str
     class_name: str
     capacity: int
@@ -27,6 +26,7 @@ class Cluster:
     labels: Mapping[str, str]
     ready: bool
     pools: tuple[Pool, ...]
+    gateway: str = ""  # status.gateway.address as the cluster reports it (checked where used)
 
 
 def amount(raw: Any, *, milli: bool) -> int:
@@ -65,7 +65,15 @@ def cluster_of(obj: Mapping[str, Any]) -> Cluster:
             for p in (obj.get("spec") or {}).get("nodePools") or []
             if p.get("name")
         )
-    return Cluster(meta.get("name", ""), meta.get("labels") or {}, ready, pools)
+    gateway = status.get("gateway")
+    gateway = gateway.get("address") if isinstance(gateway, dict) else None
+    return Cluster(
+        meta.get("name", ""),
+        meta.get("labels") or {},
+        ready,
+        pools,
+        gateway if isinstance(gateway, str) else "",
+    )
 
 
 def class_shape(cls: Mapping[str, Any] | None) -> capacity.Shape:

@@ -169,7 +169,8 @@ def _matches(obj: dict[str, Any], sel: fnv1.ResourceSelector) -> bool:
     return True
 
 
-def _fetch(pool: Iterable[dict[str, Any]], sel: fnv1.ResourceSelector) -> fnv1.Resources:
+def fetch(pool: Iterable[dict[str, Any]], sel: fnv1.ResourceSelector) -> fnv1.Resources:
+    """The objects of `pool` that `sel` matches, as Crossplane answers a requirement."""
     return fnv1.Resources(
         items=[fnv1.Resource(resource=_struct(o)) for o in pool if _matches(o, sel)]
     )
@@ -209,7 +210,7 @@ def run_pipeline(
                 bootstrap.match_name = sel["name"]
             elif sel.get("matchLabels"):
                 bootstrap.match_labels.labels.update(sel["matchLabels"])
-            req.required_resources[sel["requirementName"]].CopyFrom(_fetch(required, bootstrap))
+            req.required_resources[sel["requirementName"]].CopyFrom(fetch(required, bootstrap))
         rsp, final_req = _run_with_requirements(run, req, required, step["step"])
         if trace is not None:
             trace.append((step["functionRef"]["name"], final_req))
@@ -243,7 +244,7 @@ def _run_with_requirements(
         req = copy.deepcopy(req)
         req.required_resources.clear()
         for name, sel in wanted.items():
-            req.required_resources[name].CopyFrom(_fetch(required, sel))
+            req.required_resources[name].CopyFrom(fetch(required, sel))
     raise PipelineError(f"pipeline step {step!r}: requirements did not stabilise")
 
 

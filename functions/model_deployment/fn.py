@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
-from plnt import binding, conditions, contracts, xp
+from plnt import binding, conditions, contracts, fleet_view, xp
+from plnt import fleet as fleet_model
 from plnt.models import model_deployment
 from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision
@@ -55,14 +57,6 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     observed_status = xr.get("status") or {}
 
     # --- inputs ---------------------------------------------------------------------------
-    clusters = reading.require_all(
-        req,
-        rsp,
-        "inference-clusters",
-        contracts.MODELPLANE_API_VERSION,
-        "InferenceCluster",
-        shape=reading.CLUSTER,
-    )
     classes = reading.require_all(
         req,
         rsp,
@@ -71,29 +65,34 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         "InferenceClass",
         shape=reading.CLASS,
     )
-    fleet_replicas = reading.require_all(
-        req,
-        rsp,
-        "model-replicas",
-        contracts.MODELPLANE_API_VERSION,
-        rep.MODEL_REPLICA,
-        shape=reading.REPLICA,
-    )
-    if clusters is None or classes is None or fleet_replicas is None:
-        xp.set_conditions(
-            rsp, conditions.waiting(conditions.REPLICAS_SCHEDULED, "reading the fleet")
-        )
-        return rsp
     observed = {
         n: o for n, o in xp.observed_resources(req).items() if o.get("kind") == rep.MODEL_REPLICA
     }
     own = {(o["metadata"].get("name") or ""): o for o in observed.values()}
-    fleet = _fleet(fleet_replicas, own.values())
-    clusters_by_name = {c["metadata"]["name"]: c for c in clusters}
+    own_placed = [scheduler.placed_replica(o) for o in own.values()]
+    snapshot = reading.snapshot(
+        req, rsp, spec.cluster_selector.match_labels, {r.cluster for r in own_placed}
+    )
+    if classes is None or snapshot is None:
+        xp.set_conditions(
+            rsp, conditions.waiting(conditions.REPLICAS_SCHEDULED, "reading the fleet")
+        )
+        return rsp
+    if snapshot.unreadable:
+        xp.warning(
+            rsp,
+            f"fleet view parts {', '.join(snapshot.unreadable)} in {fleet_view.NAMESPACE} do not "
+            "read as a fleet view; scheduled on the whole fleet instead",
+        )
+    if snapshot.viewed:  # the view counts what is committed; own replicas it does not, we do
+        counted = frozenset((r.namespace, r.name) for r in own_placed if snapshot.counts(r))
+        fleet = [r for r in own_placed if (r.namespace, r.name) not in counted]
+    else:
+        counted, fleet = frozenset(), _fleet(snapshot.replicas, own.values())
+    clusters_by_name = {c.name: c for c in snapshot.clusters}
 
     # --- decisions ------------------------------------------------------------------------
     current = revision(raw_spec)
-    own_placed = [scheduler.placed_replica(o) for o in own.values()]
     by_revision = Counter(r.revision for r in own_placed)
     plan = revisions.plan(
         spec, current, observed_status, by_revision, xp.context(req, contracts.VERDICT_CONTEXT)
@@ -105,12 +104,15 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             engines,
             replicas=plan.targets[rev],
             cluster_selector=spec.cluster_selector.matches,
-            clusters=clusters,
+            clusters=snapshot.clusters,
             classes=classes,
             fleet=fleet,
             own=[r for r in own_placed if r.revision == rev],
             place_new=plan.placed_anew(rev),
             siblings=[r for other in schedules.values() for r in other.kept],
+            used=snapshot.used,
+            counted=counted,
+            fleet_size=snapshot.size,
         )
 
     # --- desired resources ----------------------------------------------------------------
@@ -284,7 +286,7 @@ def _compose_replica(
     obj: dict[str, Any],
     rev: str,
     seen: dict[str, Any] | None,
-    clusters: dict[str, dict[str, Any]],
+    clusters: Mapping[str, fleet_model.Cluster],
     deployment: str,
     namespace: str,
 ) -> None:
@@ -298,8 +300,8 @@ def _compose_replica(
         out.pulling[rev].append(replica)
     xp.compose(rsp, rep.resource_name(replica), obj, ready=ready)
     cluster = clusters.get(cluster_name)
-    address = scheduler.gateway_address(cluster) if cluster else None
-    if cluster is not None and xp.is_ready(cluster) and address:
+    address = scheduler.url_host(cluster.gateway) if cluster and cluster.gateway else None
+    if cluster is not None and cluster.ready and address:
         endpoint = rep.model_endpoint(
             replica=replica,
             namespace=namespace,

@@ -9,13 +9,15 @@ shape to every item, and True keeps the value whole.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import binding
+from plnt import binding, capacity, contracts, fleet, fleet_view
 
 Shape = Any  # dict[str, Shape] | list[Shape] | bool
 
@@ -24,6 +26,8 @@ CLUSTER: Shape = {
     "status": {"conditions": True, "pools": True, "gateway": True},
 }
 CLUSTER_SPEC: Shape = {"spec": {"nodePools": True}}  # only read while status has no pools
+VIEW_PART: Shape = {"metadata": {"name": True}, "binaryData": True}
+INDEX: Shape = {"data": True}
 CLASS: Shape = {"metadata": {"name": True}, "spec": {"devices": True, "nodeResources": True}}
 REPLICA: Shape = {
     "metadata": {
@@ -94,3 +98,114 @@ def _value(value: struct_pb2.Value, shape: Shape) -> Any:
     if kind == "bool_value":
         return value.bool_value
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """The fleet one reconcile schedules on, read from the binder's fleet view when there is one,
+    else from every InferenceCluster and every ModelReplica (a fleet no binder has viewed yet:
+    `plnt render`, `crossplane render`, a first install)."""
+
+    clusters: list[fleet.Cluster]
+    replicas: list[dict[str, Any]]  # without a view: every ModelReplica on the fleet
+    used: Mapping[tuple[str, str], tuple[capacity.NodeUse, ...]]  # with a view: committed use
+    ledgers: Mapping[str, int]  # with a view: the ledger sequence counted, per cluster
+    size: int  # clusters on the whole fleet
+    viewed: bool  # read from the fleet view
+    unreadable: Sequence[str] = ()  # view parts that did not read (read the whole fleet instead)
+
+    def counts(self, replica: Any) -> bool:
+        """Whether the view already counts this (own, bound) replica's slots."""
+        seq = self.ledgers.get(replica.cluster)
+        return replica.state == binding.BOUND and seq is not None and replica.ledger <= seq
+
+
+class _ViewUse(Mapping[tuple[str, str], tuple[capacity.NodeUse, ...]]):
+    """(cluster, pool) -> its used nodes, read from the view when asked."""
+
+    def __init__(self, views: Mapping[str, fleet_view.ClusterView]) -> None:
+        self._views = views
+
+    def __getitem__(self, key: tuple[str, str]) -> tuple[capacity.NodeUse, ...]:
+        view = self._views.get(key[0])
+        if view is None:
+            raise KeyError(key)
+        return view.used[key[1]]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return ((name, pool) for name, v in self._views.items() for pool in v.used)
+
+    def __len__(self) -> int:
+        return sum(len(v.used) for v in self._views.values())
+
+
+def snapshot(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    selector_labels: Mapping[str, str],
+    own_clusters: Iterable[str],
+) -> Snapshot | None:
+    """The fleet for this reconcile, None until Crossplane has answered every requirement.
+
+    With a view: the parts whose labels carry the clusterSelector's matchLabels (but for
+    per-cluster labels; the scheduler applies the whole selector), and by name the
+    InferenceClusters of this deployment's own replicas that those parts leave out (a pin stays
+    while its cluster exists, matching the selector or not)."""
+    namespace = fleet_view.NAMESPACE
+    response.require_resources(
+        rsp, "fleet-view-index", "v1", "ConfigMap",
+        match_name=fleet_view.INDEX_NAME, namespace=namespace,
+    )  # fmt: skip
+    labels = {**fleet_view.shared(selector_labels), fleet_view.VIEW_LABEL: "true"}
+    response.require_resources(
+        rsp, "fleet-view", "v1", "ConfigMap", match_labels=labels, namespace=namespace
+    )
+    if (
+        "fleet-view-index" not in req.required_resources
+        or "fleet-view" not in req.required_resources
+    ):
+        return None
+    index = [read(i.resource, INDEX) for i in req.required_resources["fleet-view-index"].items]
+    size = fleet_view.fleet_size(index[0].get("data")) if index else None
+    if size is None:
+        return _whole_fleet(req, rsp)
+    parts = [read(i.resource, VIEW_PART) for i in req.required_resources["fleet-view"].items]
+    views, unreadable = fleet_view.read(parts)
+    if unreadable:  # what those parts held is unknown: nothing is placed on a guess
+        whole = _whole_fleet(req, rsp)
+        return whole and dataclasses.replace(whole, unreadable=tuple(unreadable))
+    clusters = [v.cluster for v in views.values()]
+    missing = sorted(set(own_clusters) - set(views))
+    answered = True
+    for name in missing:
+        requirement = f"own-cluster-{name}"
+        response.require_resources(
+            rsp, requirement, contracts.MODELPLANE_API_VERSION, "InferenceCluster", match_name=name
+        )
+        if requirement not in req.required_resources:
+            answered = False
+            continue
+        clusters += [
+            fleet.cluster_of(read(i.resource, CLUSTER))
+            for i in req.required_resources[requirement].items
+        ]
+    if not answered:
+        return None
+    used = _ViewUse(views)
+    ledgers = {name: v.ledger for name, v in views.items()}
+    return Snapshot(clusters, [], used, ledgers, size, True)
+
+
+def _whole_fleet(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> Snapshot | None:
+    clusters = require_all(
+        req, rsp, "inference-clusters", contracts.MODELPLANE_API_VERSION, "InferenceCluster",
+        shape=CLUSTER,
+    )  # fmt: skip
+    replicas = require_all(
+        req, rsp, "model-replicas", contracts.MODELPLANE_API_VERSION, "ModelReplica",
+        shape=REPLICA,
+    )  # fmt: skip
+    if clusters is None or replicas is None:
+        return None
+    parsed = [fleet.cluster_of(c) for c in clusters]
+    return Snapshot(parsed, replicas, {}, {}, len(parsed), False)

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from plnt import binding, capacity, fleet, labels
-from plnt.fleet import Cluster, Pool, class_shape, cluster_of
+from plnt.fleet import Cluster, Pool, class_shape
 from plnt.models import model_deployment as models
 from plnt.models.model_replica import Container
 
@@ -124,6 +124,7 @@ class PlacedReplica:
     state: str = binding.PENDING
     message: str = ""  # the binder's refusal
     over_committed: str = ""
+    ledger: int = 0  # bound: the ledger sequence of the commit
 
     @property
     def needs(self) -> Mapping[str, tuple[capacity.Pods, ...]]:
@@ -254,6 +255,7 @@ def placed_replica(obj: Mapping[str, Any]) -> PlacedReplica:
         state=state.state,
         message=state.message,
         over_committed=state.over_committed,
+        ledger=state.ledger,
     )
 
 
@@ -403,6 +405,43 @@ class _Choice:
     pools: list[tuple[Pool, EngineFit | None]]  # per engine
 
 
+class _Accounts:
+    """Per (cluster, pool) its `capacity.Pool`, made when first read: a fleet-wide deployment
+    on 80,000 pools only ever reads the pools of the classes its engines fit."""
+
+    def __init__(
+        self,
+        clusters: Mapping[str, Cluster],
+        matcher: Matcher,
+        used: Mapping[tuple[str, str], Sequence[capacity.NodeUse]],
+    ) -> None:
+        self._clusters = clusters
+        self._matcher = matcher
+        self._used = used
+        self._made: dict[tuple[str, str], capacity.Pool] = {}
+
+    def get(self, key: tuple[str, str]) -> capacity.Pool | None:
+        account = self._made.get(key)
+        if account is not None:
+            return account
+        cluster = self._clusters.get(key[0])
+        pool = next((p for p in cluster.pools if p.name == key[1]), None) if cluster else None
+        if pool is None:
+            return None
+        account = capacity.Pool(pool.capacity, self._matcher.shape(pool.class_name))
+        uses = self._used.get(key)
+        if uses:
+            account.load(uses)
+        self._made[key] = account
+        return account
+
+    def __getitem__(self, key: tuple[str, str]) -> capacity.Pool:
+        account = self.get(key)
+        if account is None:
+            raise KeyError(key)
+        return account
+
+
 class Scheduler:
     """One scheduling decision over one fleet snapshot: per (cluster, pool) the nodes and what
     is taken on each (`plnt.capacity.Pool`)."""
@@ -413,16 +452,12 @@ class Scheduler:
         clusters: Iterable[Cluster],
         classes: Mapping[str, Mapping[str, Any]],
         evaluate: Evaluate,
+        used: Mapping[tuple[str, str], Sequence[capacity.NodeUse]] | None = None,
     ):
         self.engines = tuple(engines)
         self.clusters = {c.name: c for c in clusters}
         self.matcher = Matcher(classes, evaluate)
-        self.pools: dict[tuple[str, str], capacity.Pool] = {}
-        for c in self.clusters.values():
-            for p in c.pools:
-                self.pools[(c.name, p.name)] = capacity.Pool(
-                    p.capacity, self.matcher.shape(p.class_name)
-                )
+        self.pools = _Accounts(self.clusters, self.matcher, used or {})
 
     def charge_bound(self, replica: PlacedReplica) -> None:
         """A replica the binder committed: exactly its slots (what no longer fits is the
@@ -439,6 +474,13 @@ class Scheduler:
             account = self.pools.get((replica.cluster, pool))
             if account is not None:
                 account.pack_what_fits(pods)
+
+    def release_bound(self, replica: PlacedReplica) -> None:
+        """Gives back a committed replica's slots (one the fleet view counts that is let go)."""
+        for pool, slots in (replica.slots or {}).items():
+            account = self.pools.get((replica.cluster, pool))
+            if account is not None:
+                account.release(slots)
 
     def charge(self, replica: PlacedReplica) -> None:
         if replica.state == binding.REFUSED_STATE:
@@ -642,7 +684,7 @@ def schedule(
     *,
     replicas: int,
     cluster_selector: Callable[[Mapping[str, str]], bool],
-    clusters: Sequence[Mapping[str, Any]],
+    clusters: Sequence[Cluster],
     classes: Sequence[Mapping[str, Any]],
     fleet: Sequence[PlacedReplica],
     own: Sequence[PlacedReplica],
@@ -650,6 +692,9 @@ def schedule(
     compile_check: Compile | None = None,
     place_new: bool = True,
     siblings: Sequence[PlacedReplica] = (),
+    used: Mapping[tuple[str, str], Sequence[capacity.NodeUse]] | None = None,
+    counted: frozenset[tuple[str, str]] = frozenset(),
+    fleet_size: int | None = None,
 ) -> Schedule:
     """Keeps `own` pins that still have a cluster and places new replicas up to `replicas`.
 
@@ -658,6 +703,10 @@ def schedule(
     `place_new=False` only keeps pins (a revision whose engines are no longer in the spec).
     `siblings` are the deployment's replicas of other revisions that stay (the stable ones
     beside a canary): they count for spreading; their capacity is already in `fleet`.
+    `used` is what the fleet view says is committed per (cluster, pool); `counted` the
+    (namespace, name) of `own` replicas it already counts: those kept are not charged again, those
+    let go are given back, so the snapshot is the one `fleet` alone would give. `fleet_size`: the
+    clusters on the whole fleet when `clusters` is narrowed to those the selector can match.
     `evaluate`/`compile_check` default to `plnt.cel.evaluate`/`plnt.cel.compile`.
     """
     if evaluate is None or compile_check is None:
@@ -665,10 +714,11 @@ def schedule(
 
         evaluate = evaluate or cel.evaluate
         compile_check = compile_check or cel.compile
-    fleet_clusters = [cluster_of(c) for c in clusters]
+    fleet_clusters = list(clusters)
+    size = len(fleet_clusters) if fleet_size is None else max(fleet_size, len(fleet_clusters))
     by_name = {c.name: c for c in fleet_clusters}
     sched = Scheduler(
-        engines, fleet_clusters, {c["metadata"]["name"]: c for c in classes}, evaluate
+        engines, fleet_clusters, {c["metadata"]["name"]: c for c in classes}, evaluate, used
     )
 
     own_keys = {(r.namespace, r.name) for r in own}
@@ -681,7 +731,11 @@ def schedule(
         if r.cluster not in by_name or r.state == binding.REFUSED_STATE
     )
     # Committed replicas first (their slots are exact), then proposals in a fixed order.
-    holding = [r for r in fleet if (r.namespace, r.name) not in own_keys] + kept
+    holding = [r for r in fleet if (r.namespace, r.name) not in own_keys]
+    holding += [r for r in kept if (r.namespace, r.name) not in counted]
+    for r in released:
+        if (r.namespace, r.name) in counted:
+            sched.release_bound(r)
     for r in sorted(holding, key=lambda r: (r.slots is None, r.namespace, r.name)):
         sched.charge(r)
     # A refusal means the binder's ledger is fuller than this snapshot: for this decision the
@@ -708,14 +762,14 @@ def schedule(
         return Schedule(kept, released, placed, replicas, SCHEDULED, head)
     if not matching:
         msg = f"{head}; no InferenceCluster matches clusterSelector"
-        msg += f" ({len(fleet_clusters)} on the fleet)"
+        msg += f" ({size} on the fleet)"
         return Schedule(kept, released, placed, replicas, NO_MATCHING_CLUSTERS, msg)
     rejected = [f"cluster {c.name}: {sched.why_not(c)}" for c in matching]
     erring = _erring_selectors(engines, sched.matcher)
     if erring:
         msg = f"{head}; {erring}"
         return Schedule(kept, released, placed, replicas, INVALID_NODE_SELECTOR, msg)
-    unmatched = len(fleet_clusters) - len(matching)
+    unmatched = size - len(matching)
     listed = rejected[:MAX_LISTED_CLUSTERS]
     if len(rejected) > len(listed):
         listed.append(f"and {len(rejected) - len(listed)} more clusters")

@@ -3,10 +3,11 @@
 One pass: list InferenceClusters and InferenceClasses; list every ledger ConfigMap
 (`<namespace>/plnt-ledger-<cluster>`, one call); then list every ModelReplica (after the
 ledgers, which is what lets `ledger.decide` release entries of deleted replicas); per cluster,
-decide, write the
-ledger with the resourceVersion it was read at (create when there was none), and only after
-that write succeeded, annotate the replicas (binding, refusal, over-commit). A conflict (another
-binder, or a concurrent pass) re-reads that cluster's ledger and the replicas and decides again.
+decide, write the ledger with the resourceVersion it was read at (create when there was none),
+and only after that write succeeded, annotate the replicas (binding, refusal, over-commit). A
+conflict (another binder, or a concurrent pass) re-reads that cluster's ledger and the replicas
+and decides again. Last, the fleet view (`plnt.fleet_view`) of the ledgers as committed: what the
+ModelDeployment function schedules on instead of the whole fleet.
 
 Writes are merge patches of annotations (field manager plnt-binder) and ConfigMap
 create/replace; the ModelReplica's spec is never touched.
@@ -23,7 +24,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, contracts, names
+from plnt import binding, contracts, fleet_view, names
 from plnt.reconcile import ledger as ledgers
 from plnt.reconcile.kube import api_map
 
@@ -160,16 +161,116 @@ class Binder:
         read = self.read_ledgers(set(clusters))  # the ledgers first, then the replicas
         replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
         outcomes = []
+        committed: dict[str, ledgers.Ledger] = {}
         for name in sorted(clusters):
             outcome = ClusterOutcome(name)
             try:
-                self._bind_cluster(clusters[name], classes, read[name], replicas, outcome)
+                committed[name] = self._bind_cluster(
+                    clusters[name], classes, read[name], replicas, outcome
+                )
             except Exception as err:  # one cluster's failure must not stop the others
                 outcome.error = f"{type(err).__name__}: {err}"
                 log.warning("%s", outcome.line())
+                committed[name] = read[name][0]  # what it held when read: still committed
             outcomes.append(outcome)
         self._refuse_unknown_clusters(replicas, set(clusters))
+        self.write_view(clusters, classes, committed)
         return outcomes
+
+    # --- the fleet view ---------------------------------------------------------------------
+
+    def write_view(
+        self,
+        clusters: Mapping[str, Mapping[str, Any]],
+        classes: Mapping[str, Mapping[str, Any]],
+        committed: Mapping[str, ledgers.Ledger],
+    ) -> list[fleet_view.Part]:
+        """Writes the fleet view of these ledgers: first the parts that gain clusters, then the
+        parts that only lose some, then the index, last deletes parts no longer in it. So a
+        cluster moving between parts (its labels changed) is in one of them at every moment;
+        a reader between the writes may see it in both, at the same ledger sequence."""
+        parts = fleet_view.parts(ledgers.views(clusters, classes, committed))
+        listed = self.core.list_namespaced_config_map(
+            self.namespace, label_selector=f"{fleet_view.VIEW_LABEL}=true"
+        )
+        held = {_meta(cm).name or "": cm for cm in listed.items}
+
+        def payload(cm: client.V1ConfigMap | None) -> str | None:
+            value = (cm.binary_data or {}).get(fleet_view.DATA_KEY) if cm is not None else None
+            return value if isinstance(value, str) else None  # base64, as the API serves it
+
+        def losing(part: fleet_view.Part) -> bool:
+            old = fleet_view.cluster_names(payload(held.get(part.name)))
+            return not old <= {v.cluster.name for v in fleet_view.decode(part.text)}
+
+        for part in sorted(parts, key=losing):
+            cm = held.get(part.name)
+            if payload(cm) == part.payload:
+                continue
+            self._put_config_map(
+                part.name,
+                part.labels,
+                binary={fleet_view.DATA_KEY: part.payload},
+                exists=cm is not None,
+            )
+        index = self._read_config_map(fleet_view.INDEX_NAME)
+        text = fleet_view.index_text(parts)
+        if index is None or (index.data or {}).get(fleet_view.INDEX_KEY) != text:
+            self._put_config_map(
+                fleet_view.INDEX_NAME,
+                {},
+                data={fleet_view.INDEX_KEY: text},
+                exists=index is not None,
+            )
+        for name in sorted(set(held) - {p.name for p in parts}):
+            try:
+                self.core.delete_namespaced_config_map(name, self.namespace)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        return parts
+
+    def _read_config_map(self, name: str) -> client.V1ConfigMap | None:
+        try:
+            return self.core.read_namespaced_config_map(name, self.namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def _put_config_map(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        *,
+        data: Mapping[str, str] | None = None,
+        binary: Mapping[str, str] | None = None,  # base64 values
+        exists: bool,
+    ) -> None:
+        body = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=name, namespace=self.namespace, labels=dict(labels)),
+            data=dict(data) if data is not None else None,
+            binary_data=dict(binary) if binary is not None else None,
+        )
+        # Last writer wins: any binder's view is one the function may read (a stale one only
+        # makes proposals the binder refuses), so a view part another binder created or deleted
+        # meanwhile is written the other way once, then left to the next pass.
+        for _ in range(2):
+            try:
+                if exists:
+                    self.core.replace_namespaced_config_map(
+                        name, self.namespace, body, field_manager=FIELD_MANAGER
+                    )
+                else:
+                    self.core.create_namespaced_config_map(
+                        self.namespace, body, field_manager=FIELD_MANAGER
+                    )
+                return
+            except ApiException as err:
+                if err.status not in (404, 409):
+                    raise
+                log.debug("fleet view %s: %s by another writer", name, err.reason)
+                exists = not exists
 
     def _bind_cluster(
         self,
@@ -178,7 +279,8 @@ class Binder:
         read: tuple[ledgers.Ledger, str | None],
         replicas: list[ledgers.Replica],
         outcome: ClusterOutcome,
-    ) -> None:
+    ) -> ledgers.Ledger:
+        """Binds the cluster's proposals; returns the ledger as committed."""
         name = cluster["metadata"]["name"]
         state, version = read
         for _ in range(MAX_ATTEMPTS):
@@ -198,8 +300,9 @@ class Binder:
                 decision.refused,
                 decision.over,
             )
-            return
+            return decision.ledger if decision.changed else state
         outcome.error = f"the ledger kept changing ({MAX_ATTEMPTS} conflicts)"
+        return state
 
     def _refuse_unknown_clusters(self, replicas: list[ledgers.Replica], known: set[str]) -> None:
         for r in replicas:

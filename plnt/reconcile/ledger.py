@@ -18,12 +18,13 @@ replica is not in the list was bound to a replica that existed before the list a
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from plnt import binding, capacity, fleet
+from plnt import binding, capacity, fleet, fleet_view
 
 DATA_KEY = "ledger.json"
 
@@ -34,6 +35,7 @@ class Entry(BaseModel):
     uid: str
     digest: str
     slots: dict[str, list[list[Any]]]
+    sequence: int = 0  # the ledger's sequence when this entry was committed
 
     def parsed_slots(self) -> dict[str, tuple[capacity.Slot, ...]]:
         return capacity.slots_from_json(self.slots)
@@ -43,6 +45,9 @@ class Ledger(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cluster: str
+    # One more on every write (writes are compare-and-swap, so the sequence is the ledger's
+    # history): a fleet view says which sequence it counted, a binding when it was committed.
+    sequence: int = 0
     entries: dict[str, Entry] = Field(default_factory=dict)  # by "<namespace>/<name>"
 
 
@@ -106,6 +111,7 @@ def decide(
     """
     entries = dict(ledger.entries)
     changed = False
+    committing = ledger.sequence + 1  # the sequence of the write, if this decision makes one
     by_key = {r.key: r for r in replicas}
 
     # Entries whose replica is gone, was re-created, or changed what it asks for hold nothing.
@@ -123,7 +129,10 @@ def decide(
     for r in sorted(replicas, key=lambda r: r.key):
         if r.key not in entries and r.state.state == binding.BOUND and r.state.slots is not None:
             entries[r.key] = Entry(
-                uid=r.uid, digest=r.state.digest, slots=capacity.slots_json(r.state.slots)
+                uid=r.uid,
+                digest=r.state.digest,
+                slots=capacity.slots_json(r.state.slots),
+                sequence=committing,
             )
             changed = True
 
@@ -158,7 +167,12 @@ def decide(
         if placed is None:
             refused[r.key] = why
             continue
-        entries[r.key] = Entry(uid=r.uid, digest=r.state.digest, slots=capacity.slots_json(placed))
+        entries[r.key] = Entry(
+            uid=r.uid,
+            digest=r.state.digest,
+            slots=capacity.slots_json(placed),
+            sequence=committing,
+        )
         changed = True
 
     annotate: dict[str, dict[str, str | None]] = {}
@@ -167,7 +181,9 @@ def decide(
         held = entries.get(r.key)
         if held is not None:
             bound.append(r.key)
-            value = binding.binding_json(held.digest, ledger.cluster, held.parsed_slots())
+            value = binding.binding_json(
+                held.digest, ledger.cluster, held.parsed_slots(), held.sequence
+            )
             if r.binding_annotation != value:
                 writes[binding.BINDING] = value
             if r.refused_annotation:
@@ -181,8 +197,14 @@ def decide(
                 writes[binding.REFUSED] = value
         if writes:
             annotate[r.key] = writes
+    sequence = committing if changed else ledger.sequence
     return Decision(
-        Ledger(cluster=ledger.cluster, entries=entries), changed, annotate, bound, refused, over
+        Ledger(cluster=ledger.cluster, sequence=sequence, entries=entries),
+        changed,
+        annotate,
+        bound,
+        refused,
+        over,
     )
 
 
@@ -195,6 +217,67 @@ def pools_of(
         p.name: capacity.Pool(p.capacity, fleet.class_shape(classes.get(p.class_name)))
         for p in parsed.pools
     }
+
+
+def committed_pools(ledger: Ledger, pools: Mapping[str, capacity.Pool]) -> dict[str, capacity.Pool]:
+    """The cluster's pools charged with every entry's slots, in key order as `decide` charges
+    them (slots that no longer fit are left out: the binder reports those as over-committed)."""
+    accounts = {name: pool.copy() for name, pool in pools.items()}
+    for key in sorted(ledger.entries):
+        for pool, slots in ledger.entries[key].parsed_slots().items():
+            account = accounts.get(pool)
+            if account is not None:
+                account.take(slots)
+    return accounts
+
+
+def views(
+    clusters: Mapping[str, Mapping[str, Any]],
+    classes: Mapping[str, Mapping[str, Any]],
+    committed: Mapping[str, Ledger],
+) -> list[fleet_view.ClusterView]:
+    """The fleet view of every cluster as its ledger commits it (no ledger: nothing used)."""
+    out = []
+    for name, obj in clusters.items():
+        held = committed.get(name) or Ledger(cluster=name)
+        pools = committed_pools(held, pools_of(obj, classes))
+        out.append(fleet_view.cluster_view(obj, pools, held.sequence))
+    return out
+
+
+def bind_all(
+    clusters: Mapping[str, Mapping[str, Any]],
+    classes: Mapping[str, Mapping[str, Any]],
+    replicas: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, Ledger], list[dict[str, Any]]]:
+    """A binder's pass in memory, from empty ledgers: the ledgers and the replicas with the
+    annotations it would write (for benchmarks and tests that need a fleet already bound)."""
+    parsed = [Replica.of(o) for o in replicas]
+    alive = {r.uid for r in parsed}
+    committed: dict[str, Ledger] = {}
+    writes: dict[str, dict[str, str | None]] = {}
+    by_cluster: dict[str, list[Replica]] = {}
+    for r in parsed:
+        by_cluster.setdefault(r.cluster, []).append(r)
+    for name in sorted(clusters):
+        decision = decide(
+            Ledger(cluster=name), by_cluster.get(name, []), pools_of(clusters[name], classes),
+            alive=alive,
+        )  # fmt: skip
+        committed[name] = decision.ledger
+        writes.update(decision.annotate)
+    out = []
+    for obj, r in zip(replicas, parsed, strict=True):
+        annotated = json.loads(json.dumps(obj))
+        meta = annotated.setdefault("metadata", {})
+        notes = meta.setdefault("annotations", {})
+        for key, value in writes.get(r.key, {}).items():
+            if value is None:
+                notes.pop(key, None)
+            else:
+                notes[key] = value
+        out.append(annotated)
+    return committed, out
 
 
 def preview(

@@ -3,6 +3,8 @@
 Sections (each can be run alone with ``--only``):
   functions   RunFunction latency per function per example (median, p95 of N calls)
   scheduler   the fleet scheduler at (clusters, pools, replicas) sizes, with the CEL share
+  fleet       one reconcile's request/response bytes and CPU at 10,000 clusters and 100,000
+              replicas, and one resync's totals by fleet size: fleet view beside whole fleet
   render      `plnt render --tree` of the largest example, cold process
   grpc        one function server over loopback gRPC at 1, 8, 64 clients; its peak RSS
   gate        the canary gate client's own overhead per token and per request
@@ -111,6 +113,7 @@ def _optional(module: str, attr: str = "bench") -> Callable[[], Any]:
 SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "functions": lambda a: bench_functions(a.calls),
     "scheduler": lambda a: _optional("plnt_host.bench.scheduler")(),
+    "fleet": lambda a: _optional("plnt_host.bench.fleet")(),
     "render": lambda a: bench_render_cold(),
     "grpc": lambda a: _optional("plnt_host.bench.grpc_load")(),
     "gate": lambda a: _optional("plnt_host.bench.gate")(),

@@ -28,6 +28,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from plnt import contracts
+from plnt.fleet import class_shape, cluster_of
 
 SIZES = ((10, 4, 1), (100, 8, 100), (1000, 8, 100))
 TARGET_S = 0.5  # issue 5: one RunFunction at (1000, 8, 100)
@@ -177,6 +178,9 @@ def request(clusters: int, pools: int, replicas: int) -> fnv1.RunFunctionRequest
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.CopyFrom(_struct(deployment(replicas)))
     answers = {
+        # no fleet view: the function reads the whole fleet (the design before issue 16)
+        "fleet-view-index": [],
+        "fleet-view": [],
         "inference-clusters": fleet,
         "inference-classes": [inference_class(n) for n in sorted(GPUS)],
         "model-replicas": [other_replica(i, fleet[i % clusters]) for i in range(replicas)],
@@ -265,7 +269,6 @@ def bench(sizes: tuple[tuple[int, int, int], ...] = SIZES, runs: int = 5) -> dic
 def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
     """The placement in devices (now) and in nodes (before issue 15), and the headroom left
     for 1-GPU replicas under each."""
-    from functions.model_deployment import scheduler
     from plnt import binding, capacity, xp
 
     placed = [
@@ -280,10 +283,10 @@ def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> d
     }
     pools: dict[tuple[str, str], capacity.Pool] = {}
     for item in req.required_resources["inference-clusters"].items:
-        c = scheduler.cluster_of(xp.to_dict(item.resource))
+        c = cluster_of(xp.to_dict(item.resource))
         for p in c.pools:
             pools[(c.name, p.name)] = capacity.Pool(
-                p.capacity, scheduler.class_shape(classes.get(p.class_name))
+                p.capacity, class_shape(classes.get(p.class_name))
             )
     total_gpus = sum(p.nodes * p.shape.devices() for p in pools.values())
     total_nodes = sum(p.nodes for p in pools.values())

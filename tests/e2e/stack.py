@@ -261,6 +261,8 @@ class ControlPlane:
                 str(fn.certs),
                 "--address",
                 fn.address,
+                # each call's request and response bytes (tests/e2e/test_fleet_view.py)
+                *(["--debug"] if name == "plnt-function-model-deployment" else []),
             ],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )

@@ -126,7 +126,7 @@ def run(req: fnv1.RunFunctionRequest, required: list[dict] = ()) -> fnv1.RunFunc
         req = copy.deepcopy(req)
         req.required_resources.clear()
         for name, sel in wanted.items():
-            req.required_resources[name].CopyFrom(render._fetch(list(required), sel))
+            req.required_resources[name].CopyFrom(render.fetch(list(required), sel))
     raise AssertionError("requirements did not stabilise")
 
 

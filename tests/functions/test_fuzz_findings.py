@@ -14,6 +14,7 @@ from functions.model_replica import replica as model_replica_objects
 from functions.model_replica import workloads
 from functions.model_service import backends
 from plnt import xp
+from plnt.fleet import cluster_of
 from plnt.models import (
     coreweave_cluster,
     inference_class,
@@ -231,7 +232,7 @@ def test_a_pool_without_a_name_offers_no_capacity() -> None:
             "pools": [{"className": "l4", "nodeCapacity": 3}, {"name": "a", "nodeCapacity": 1}]
         },
     }
-    assert [p.name for p in scheduler.cluster_of(cluster).pools] == ["a"]
+    assert [p.name for p in cluster_of(cluster).pools] == ["a"]
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.
         req = copy.deepcopy(req)
         req.required_resources.clear()
         for name, sel in wanted.items():
-            req.required_resources[name].CopyFrom(render._fetch(required, sel))
+            req.required_resources[name].CopyFrom(render.fetch(required, sel))
     raise AssertionError("requirements did not stabilise")
 
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import fn
 from plnt import binding
@@ -228,23 +227,6 @@ def test_cluster_selector_expressions() -> None:
     }
     clusters = {r["spec"]["clusterName"] for r in of_kind(run(xr), "ModelReplica").values()}
     assert clusters == {"coreweave-h100", "coreweave-l40s"}
-
-
-def test_requires_the_whole_fleet_in_every_namespace() -> None:
-    req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.update(scenario("deploy-qwen3-8b").xr)
-    rsp = fn.run_function(req)
-    wanted = rsp.requirements.resources
-    assert {(n, s.kind) for n, s in wanted.items()} == {
-        ("inference-clusters", "InferenceCluster"),
-        ("inference-classes", "InferenceClass"),
-        ("model-replicas", "ModelReplica"),
-    }
-    for sel in wanted.values():
-        assert sel.WhichOneof("match") == "match_labels"
-        assert dict(sel.match_labels.labels) == {}
-        assert not sel.HasField("namespace")
-    assert len(rsp.desired.resources) == 0
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from plnt import binding, capacity
+from plnt import binding, capacity, fleet_view
 from plnt.reconcile import binder, kube, ledger
 from tests.reconcile.apiserver import RECONCILER_TOKEN, REPO
 
@@ -251,3 +251,66 @@ def test_an_annotation_never_lands_on_a_recreated_replica(kube_apiserver, api, c
     binder.Binder(api).annotate(f"{team}/r-0", old_uid, {binding.BINDING: "stale"})
     annotations = kube_apiserver.admin.get(path).json()["metadata"].get("annotations") or {}
     assert binding.BINDING not in annotations
+
+
+def _view(kube_apiserver) -> tuple[dict, dict[str, dict]]:
+    """The fleet view's ConfigMaps as the API server holds them: the index, the parts by name."""
+    base = "/api/v1/namespaces/plnt-system/configmaps"
+    parts = kube_apiserver.admin.get(
+        base, params={"labelSelector": f"{fleet_view.VIEW_LABEL}=true"}
+    ).json()["items"]
+    index = kube_apiserver.admin.get(f"{base}/{fleet_view.INDEX_NAME}").json()
+    return index, {p["metadata"]["name"]: p for p in parts}
+
+
+def _clusters(part: dict) -> set[str]:
+    return fleet_view.cluster_names(part["binaryData"][fleet_view.DATA_KEY])
+
+
+def test_the_fleet_view_holds_what_the_ledgers_commit(kube_apiserver, api, cluster_name):
+    """After a pass, the view ConfigMaps hold every cluster at its ledger's sequence with the
+    GPUs its entries take; a pass that changes nothing rewrites none of them; a cluster whose
+    labels change moves to another part and the emptied part is deleted."""
+    teams = [make_replica(kube_apiserver, cluster_name, 3) for _ in range(2)]
+    b = binder.Binder(api)
+    b.bind_once()
+    assert all(s.state == binding.BOUND for s in states(kube_apiserver, teams).values())
+    index, parts = _view(kube_apiserver)
+    views, unreadable = fleet_view.read(parts.values())
+    assert not unreadable
+    clusters = kube_apiserver.admin.get(f"/apis/{GV}/inferenceclusters").json()["items"]
+    assert set(views) == {c["metadata"]["name"] for c in clusters}
+    assert fleet_view.fleet_size(index["data"]) == len(clusters)
+    assert sorted(json.loads(index["data"][fleet_view.INDEX_KEY])["parts"]) == sorted(parts)
+    state, _ = b.read_ledger(cluster_name)
+    mine = views[cluster_name]
+    assert mine.ledger == state.sequence == 1
+    (node,) = mine.used["h"]
+    assert (node.node, node.pods, dict(node.used).get("device:gpu")) == (0, 2, 6)
+    for p in parts.values():
+        assert p["metadata"]["labels"][fleet_view.VIEW_LABEL] == "true"
+        assert len(p["binaryData"][fleet_view.DATA_KEY]) <= fleet_view.PAYLOAD_BYTES
+        assert not p.get("data")
+
+    versions = {n: p["metadata"]["resourceVersion"] for n, p in parts.items()}
+    b.bind_once()
+    index_again, parts_again = _view(kube_apiserver)
+    assert {n: p["metadata"]["resourceVersion"] for n, p in parts_again.items()} == versions
+    assert index_again["metadata"]["resourceVersion"] == index["metadata"]["resourceVersion"]
+
+    before = next(n for n, p in parts.items() if cluster_name in _clusters(p))
+    r = kube_apiserver.admin.patch(
+        f"/apis/{GV}/inferenceclusters/{cluster_name}",
+        json={"metadata": {"labels": {"example.com/moved": cluster_name}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert r.status_code == 200, r.text
+    b.bind_once()
+    _, moved = _view(kube_apiserver)
+    (after,) = [n for n, p in moved.items() if cluster_name in _clusters(p)]
+    assert after != before
+    assert moved[after]["metadata"]["labels"]["example.com/moved"] == cluster_name
+    held = _clusters(parts[before])
+    assert (before in moved) == (held != {cluster_name})  # an emptied part is deleted
+    views, _ = fleet_view.read(moved.values())
+    assert views[cluster_name].used["h"] == mine.used["h"]

@@ -32,6 +32,7 @@ import pytest
 from functions.model_deployment import replicas as rep
 from functions.model_deployment import scheduler
 from plnt import binding, capacity
+from plnt.fleet import cluster_of
 from plnt.reconcile import ledger
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 
@@ -134,7 +135,7 @@ def propose(case: Case, index: int, snapshot: list[dict]) -> list[tuple[str, Any
         view(spec["engines"]),
         replicas=wanted,
         cluster_selector=lambda labels: True,
-        clusters=fleet(case),
+        clusters=[cluster_of(c) for c in fleet(case)],
         classes=CLASSES,
         fleet=seen,
         own=own,

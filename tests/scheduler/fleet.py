@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from functions.model_deployment import scheduler
+from plnt.fleet import cluster_of
 from plnt.models.model_deployment import Engine
 
 
@@ -145,7 +146,7 @@ def run(
         view(engines),
         replicas=replicas,
         cluster_selector=selector,
-        clusters=clusters,
+        clusters=[cluster_of(c) for c in clusters],
         classes=classes,
         fleet=list(fleet),
         own=list(own),

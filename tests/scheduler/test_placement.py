@@ -6,6 +6,7 @@ import pytest
 
 from functions.model_deployment import scheduler
 from plnt import binding, capacity
+from plnt.fleet import cluster_of
 from tests.scheduler.fleet import (
     StubCel,
     cluster,
@@ -251,7 +252,7 @@ def test_keep_only_never_places() -> None:
         view([engine()]),
         replicas=3,
         cluster_selector=lambda labels: True,
-        clusters=[cluster("a", [L4])],
+        clusters=[cluster_of(cluster("a", [L4]))],
         classes=[klass("l4")],
         fleet=[],
         own=[placed("m-0", "a", {"gpu-l4": 1}, "m")],

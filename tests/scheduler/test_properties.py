@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from functions.model_deployment import scheduler
 from plnt import capacity as pcapacity
+from plnt.fleet import class_shape, cluster_of
 from tests.scheduler.fleet import CLASSES, GPUS, StubCel, cluster, engine, member, placed, view
 
 CLASS_NAMES = [*sorted(GPUS), "missing"]
@@ -56,7 +57,7 @@ def schedule(engs: list, fleet: list, fleet_replicas: list, replicas: int) -> sc
         view(engs),
         replicas=replicas,
         cluster_selector=lambda labels: True,
-        clusters=fleet,
+        clusters=[cluster_of(c) for c in fleet],
         classes=CLASSES,
         fleet=fleet_replicas,
         own=[],
@@ -98,7 +99,7 @@ def test_never_overcommits(engs: list, spec: list, other_spec: list, replicas: i
         assert whole <= count, (key, whole, count)
         assert taken <= count * gpus, (key, taken, count * gpus)
         pool = pcapacity.Pool(
-            count, scheduler.class_shape(next(k for k in CLASSES if k["metadata"]["name"] == cls))
+            count, class_shape(next(k for k in CLASSES if k["metadata"]["name"] == cls))
         )
         for r in existing:
             if r.cluster == key[0] and key[1] in r.needs:
