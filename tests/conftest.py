@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pathlib
 
 import pytest
@@ -18,6 +20,12 @@ CRANK = REPO / ".tools" / "bin" / "crank"
 # burners). So all of these share the "e2e" worker and never overlap. The package-install test
 # brings up a bare control plane of its own and measures nothing: a group of its own
 # ("e2e-packages"), on the other worker beside the shared stack.
+# Two workers share two cores with the stack's dozen processes, so separating the groups is not
+# enough (a CI run still measured p95 TTFT 417 ms for a 20 ms engine): every other test runs at
+# nice 10, and the CPU goes to the latency-gated work first.
+LATENCY_GROUP = "e2e"
+BACKGROUND_NICE = 10
+_GROUP = pytest.StashKey[str | None]()
 WORKER_GROUPS = {
     "tests/e2e/test_package_install.py": "e2e-packages",
     "tests/e2e/": "e2e",
@@ -34,6 +42,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = next((g for prefix, g in WORKER_GROUPS.items() if path.startswith(prefix)), None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+        item.stash[_GROUP] = group
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture: the shared stack inherits the niceness
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Background tests yield the CPU to the latency-gated group (see WORKER_GROUPS)."""
+    nice = 0 if item.stash.get(_GROUP, None) == LATENCY_GROUP else BACKGROUND_NICE
+    if os.getpriority(os.PRIO_PROCESS, 0) == nice:
+        return
+    # lowering niceness needs root: without it this worker stays a background one
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 
 @pytest.fixture(scope="session")
