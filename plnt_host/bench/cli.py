@@ -104,7 +104,7 @@ def bench_render_cold() -> dict[str, Any]:
     }
 
 
-def _optional(module: str, attr: str = "bench") -> Callable[[], Any]:
+def _optional(module: str, attr: str = "bench") -> Callable[..., Any]:
     import importlib
 
     return getattr(importlib.import_module(module), attr)
@@ -128,9 +128,20 @@ def _flat(value: Any, prefix: str = "") -> list[str]:
     return [f"{prefix.rstrip('.')}={value}"]
 
 
+def _fleet_table(value: Any) -> str:
+    return str(_optional("plnt_host.bench.fleet", "table")(value))
+
+
+# Sections whose figures read best as a table of their own.
+TABLES: dict[str, Callable[[Any], str]] = {"fleet": _fleet_table}
+
+
 def print_table(results: dict[str, Any]) -> None:
     for section, value in results.items():
         print(f"\n== {section}")
+        if section in TABLES:
+            print(TABLES[section](value))
+            continue
         rows = value if isinstance(value, list) else [value]
         for row in rows:
             if not isinstance(row, dict):

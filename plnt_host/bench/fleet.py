@@ -473,3 +473,56 @@ def main(argv: Sequence[str] = ()) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
+
+
+def table(out: Mapping[str, Any]) -> str:
+    """The figures side by side: each reconcile in both designs against the targets, then one
+    resync of every deployment by fleet size, then how each grows with the fleet."""
+    lines = []
+    rows = out.get("reconcile") or {}
+    if rows:
+        f = rows["fleet"]
+        lines.append(
+            f"one reconcile on {f['clusters']:,} clusters x {POOLS} pools, "
+            f"{f['deployments']:,} ModelDeployments, {f['replicas']:,} ModelReplicas"
+        )
+        lines.append(
+            f"  {'':16}{'request MiB':>20}{'response MiB':>20}{'CPU s steady':>20}"
+            f"{'CPU s first':>20}  placements"
+        )
+        lines.append(f"  {'':16}" + f"{'whole':>10}{'view':>10}" * 4)
+        for key in ("regional", "new-regional", "new-fleet-wide"):
+            r = rows[key]
+            old, new = r["whole_fleet"], r["fleet_view"]
+            cells = "".join(
+                f"{old[m]:>10.4g}{new[m]:>10.4g}"
+                for m in ("request_mib", "response_mib", "steady_cpu_s", "first_cpu_s")
+            )
+            same = "identical" if r["identical_placements"] else "DIFFERENT"
+            ok = "" if r["within_targets"] else "  OVER TARGET"
+            lines.append(f"  {key:16}{cells}  {same} ({r['placed']} placed){ok}")
+        t = out["targets"]
+        lines.append(
+            f"  {'target (view)':16}{'<= ' + str(t['request_mib']):>20}"
+            f"{'<= ' + str(t['response_mib']):>20}{'<= ' + str(t['cpu_s']):>20}"
+        )
+    lines.append("one resync of every deployment (the view: its reads plus the binder writing it)")
+    lines.append(
+        f"  {'clusters':>9}{'replicas':>10}{'whole GiB':>12}{'view GiB':>12}"
+        f"{'whole CPU s':>13}{'view CPU s':>12}{'view parts':>12}{'view MiB':>10}  placements"
+    )
+    for r in out["resync"]:
+        old, new = r["whole_fleet"], r["fleet_view"]
+        same = "identical" if r["identical_placements"] else "DIFFERENT"
+        lines.append(
+            f"  {r['clusters']:>9,}{r['replicas']:>10,}{old['total_gib']:>12.4g}"
+            f"{new['total_gib']:>12.4g}{old['total_cpu_s']:>13.6g}{new['total_cpu_s']:>12.4g}"
+            f"{new['view_parts']:>12}{new['view_mib']:>10.3g}  {same}"
+        )
+    g = out["growth"]
+    lines.append(
+        f"growth over a {g['fleet']:g}x larger fleet: bytes {g['whole_fleet_bytes']}x whole, "
+        f"{g['fleet_view_bytes']}x view; CPU {g['whole_fleet_cpu']}x whole, "
+        f"{g['fleet_view_cpu']}x view"
+    )
+    return "\n".join(lines)

@@ -185,6 +185,11 @@ def test_the_benchmark_fleets_place_alike_and_answer_what_they_ask() -> None:
         assert rows[key]["placed"] == (100 if key == "new-fleet-wide" else 10), rows[key]
         assert rows[key]["fleet_view"]["request_mib"] < rows[key]["whole_fleet"]["request_mib"]
     assert out["resync"][0]["identical_placements"]
+    printed = bench_fleet.table(out)
+    for key in ("regional", "new-regional", "new-fleet-wide"):
+        (line,) = [x for x in printed.splitlines() if x.split()[:1] == [key]]
+        assert "identical" in line and "OVER TARGET" not in line, line
+    assert "<= 4.0" in printed and "<= 0.5" in printed
 
 
 def test_a_selector_on_a_per_cluster_label_reads_the_shared_parts_and_matches_exactly() -> None:
