@@ -41,9 +41,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from google.protobuf import struct_pb2
 
-from plnt import binding, contracts, fleet_view, xp
+from plnt import binding, fleet_view, xp
 from plnt.reconcile import ledger
 from plnt_host import render
 from plnt_host.bench import scheduler as bench_scheduler
@@ -106,46 +105,15 @@ def cluster(index: int) -> dict[str, Any]:
 
 
 def regional_deployment(index: int, replicas: int = REPLICAS_PER_DEPLOYMENT) -> dict[str, Any]:
-    """Deployment `index`: `replicas` one-GPU replicas in region index // 100's clusters."""
-    return {
-        "apiVersion": contracts.MODELPLANE_API_VERSION,
-        "kind": "ModelDeployment",
-        "metadata": {"name": f"md-{index:05d}", "namespace": f"team-{index % 100:02d}"},
-        "spec": {
-            "replicas": replicas,
-            "clusterSelector": {
-                "matchLabels": {"modelplane.ai/fleet": "bench", REGION_LABEL: region(index)}
-            },
-            "engines": [
-                {
-                    "name": "llm",
-                    "members": [
-                        {
-                            "role": "Standalone",
-                            "nodeSelector": {"devices": [{"name": "gpu", "count": 1}]},
-                            "template": {
-                                "spec": {
-                                    "containers": [
-                                        {
-                                            "name": "engine",
-                                            "image": "vllm/vllm-openai:v0.23.0",
-                                            "args": ["--model=Qwen/Qwen3-8B"],
-                                        }
-                                    ]
-                                }
-                            },
-                        }
-                    ],
-                }
-            ],
-        },
-    }
-
-
-def _struct(obj: Mapping[str, Any]) -> struct_pb2.Struct:
-    s = struct_pb2.Struct()
-    s.update(obj)
-    return s
+    """Deployment `index`: `replicas` one-GPU replicas in region index // 100's clusters (the
+    scheduler benchmark's deployment with one GPU a replica and no CEL selectors)."""
+    md = bench_scheduler.deployment(replicas)
+    md["metadata"] = {"name": f"md-{index:05d}", "namespace": f"team-{index % 100:02d}"}
+    md["spec"]["clusterSelector"]["matchLabels"][REGION_LABEL] = region(index)
+    member = md["spec"]["engines"][0]["members"][0]
+    member["nodeSelector"] = {"devices": [{"name": "gpu", "count": 1}]}
+    member["template"]["spec"]["containers"][0]["args"] = ["--model=Qwen/Qwen3-8B"]
+    return md
 
 
 def _template_replica() -> dict[str, Any]:
@@ -153,7 +121,9 @@ def _template_replica() -> dict[str, Any]:
     from functions.model_deployment import fn
 
     req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.CopyFrom(_struct(regional_deployment(0, replicas=1)))
+    req.observed.composite.resource.CopyFrom(
+        bench_scheduler.struct(regional_deployment(0, replicas=1))
+    )
     answers = {
         "fleet-view-index": [],
         "fleet-view": [],
@@ -162,7 +132,9 @@ def _template_replica() -> dict[str, Any]:
         "model-replicas": [],
     }
     for name, objs in answers.items():
-        req.required_resources[name].items.extend(fnv1.Resource(resource=_struct(o)) for o in objs)
+        req.required_resources[name].items.extend(
+            fnv1.Resource(resource=bench_scheduler.struct(o)) for o in objs
+        )
     rsp = fn.run_function(req)
     (replica,) = [
         xp.to_dict(r.resource) for n, r in rsp.desired.resources.items() if n.startswith("replica-")
@@ -234,11 +206,13 @@ class Fleet:
         """The request Crossplane sends once every requirement the function declares is answered
         (checked: `check_answered`)."""
         req = fnv1.RunFunctionRequest()
-        req.observed.composite.resource.CopyFrom(_struct(served(dict(xr), 0, "kubectl")))
+        req.observed.composite.resource.CopyFrom(
+            bench_scheduler.struct(served(dict(xr), 0, "kubectl"))
+        )
         for i, obj in enumerate(own):
             name = f"replica-{obj['metadata']['name']}"
             req.observed.resources[name].resource.CopyFrom(
-                _struct(served(dict(obj), i + 1, "crossplane"))
+                bench_scheduler.struct(served(dict(obj), i + 1, "crossplane"))
             )
         answers: dict[str, list[dict[str, Any]]] = {
             "inference-classes": list(self.classes.values())
@@ -263,7 +237,7 @@ class Fleet:
             items = req.required_resources[name].items
             for obj in objs:
                 uid += 1
-                items.append(fnv1.Resource(resource=_struct(served(obj, uid))))
+                items.append(fnv1.Resource(resource=bench_scheduler.struct(served(obj, uid))))
         return req
 
 

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -166,7 +166,7 @@ def deployment(replicas: int) -> dict[str, Any]:
     }
 
 
-def _struct(obj: dict[str, Any]) -> struct_pb2.Struct:
+def struct(obj: Mapping[str, Any]) -> struct_pb2.Struct:
     s = struct_pb2.Struct()
     s.update(obj)
     return s
@@ -176,7 +176,7 @@ def request(clusters: int, pools: int, replicas: int) -> fnv1.RunFunctionRequest
     """A complete RunFunctionRequest: the XR, and the fleet already answered as requirements."""
     fleet = [inference_cluster(i, pools) for i in range(clusters)]
     req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.CopyFrom(_struct(deployment(replicas)))
+    req.observed.composite.resource.CopyFrom(struct(deployment(replicas)))
     answers = {
         # no fleet view: the function reads the whole fleet (the design before issue 16)
         "fleet-view-index": [],
@@ -186,7 +186,7 @@ def request(clusters: int, pools: int, replicas: int) -> fnv1.RunFunctionRequest
         "model-replicas": [other_replica(i, fleet[i % clusters]) for i in range(replicas)],
     }
     for name, objs in answers.items():
-        req.required_resources[name].items.extend(fnv1.Resource(resource=_struct(o)) for o in objs)
+        req.required_resources[name].items.extend(fnv1.Resource(resource=struct(o)) for o in objs)
     return req
 
 
