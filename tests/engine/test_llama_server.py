@@ -179,7 +179,10 @@ def test_repeat_runs_are_not_flattered_by_the_prefix_cache(server: str) -> None:
     repeat = statistics.median(long_prompt_ttfts(gate(server, "cache-b")))
     print(f"\nlong-prompt TTFT ms: first {first:.1f}, fresh {fresh:.1f}, same {repeat:.1f}")
     assert repeat < 0.6 * fresh, "the control: a repeated prompt should be served from cache"
-    assert fresh > 0.6 * first, "a fresh nonce must not be answered from the cache"
+    # The cache's effect is the control's (7 ms against 150-290 ms seen here); the machine's noise
+    # between two uncached runs is up to 2x (a fresh-clone run: first 285.6 ms, fresh 154.7 ms).
+    assert fresh > 5 * repeat, "a fresh nonce must not be answered from the cache"
+    assert fresh > 0.4 * first, "a fresh nonce must not be answered from the cache in part"
 
 
 def test_what_llama_server_sends_is_what_the_fake_server_imitates(server: str) -> None:
