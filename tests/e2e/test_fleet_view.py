@@ -78,7 +78,8 @@ def bulk(plane):
     fleet.ensure(plane)
     before = len(plane.mgmt.list(*IC))
     docs = [_bulk_cluster(i) for i in range(BULK)]
-    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    for doc in docs:  # one request each (kubectl's client-side rate limit made 200 take minutes)
+        plane.mgmt.apply(doc)
     plane.kubectl("create", "namespace", NS)
     live.wait_for(
         lambda: _index(plane).get("clusters") == before + BULK, 180, "the view of every cluster"
@@ -88,7 +89,11 @@ def bulk(plane):
     # Objects are still in it can stay Terminating for good (crossplane-runtime#1010: the
     # provider cannot record its ProviderConfigUsage there; seen here, docs/workflow-run.md).
     plane.kubectl("delete", "modeldeployment", "--all", "-n", NS, "--wait=false")
-    plane.kubectl("delete", "inferencecluster", "-l", f"{BULK_LABEL}=true", "--wait=false")
+    # one deletecollection: `kubectl delete -l` timed out (120 s) deleting 200 on a loaded run
+    gone = plane.mgmt.http.delete(
+        plane.mgmt.path(*IC), params={"labelSelector": f"{BULK_LABEL}=true"}
+    )
+    assert gone.status_code == 200, gone.text
     live.wait_for(lambda: _index(plane).get("clusters") == before, 180, "the view to shrink")
     live.wait_for(
         lambda: not plane.mgmt.list("kubernetes.m.crossplane.io/v1alpha1", "Object", namespace=NS),
@@ -148,25 +153,32 @@ def _whole_fleet_bytes(plane) -> int:
 
 
 @pytest.mark.parametrize(
-    ("name", "labels", "parts", "scheduled"),
+    ("name", "labels", "parts", "scheduled", "composed"),
     [
-        ("view-one", {"modelplane.ai/region": "eu-west"}, 1, "True"),
-        ("view-bulk", {BULK_LABEL: "true"}, 2, "False"),
+        ("view-one", {"modelplane.ai/region": "eu-west"}, 1, "True", 2),
+        ("view-bulk", {BULK_LABEL: "true"}, 2, "False", 0),
     ],
     ids=["one-cluster", "bulk-200"],
 )
-def test_a_reconcile_carries_the_view_it_predicts(plane, bulk, name, labels, parts, scheduled):
+def test_a_reconcile_carries_the_view_it_predicts(
+    plane, bulk, name, labels, parts, scheduled, composed
+):
     md = _deployment(name, labels)
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(md))
-    xr = live.wait_object(
+    live.wait_object(
         plane.mgmt, *MD, name, NS,
-        until=lambda o: live.condition(o, "ReplicasScheduled").get("status") == scheduled,
+        until=lambda o: live.condition(o, "ReplicasScheduled").get("status") == scheduled
+        and len(o["spec"].get("crossplane", {}).get("resourceRefs") or []) == composed,
         seconds=180,
     )  # fmt: skip
+    # One more reconcile, now that what it composed exists: the call to compare with offline.
+    before = len(_calls(plane, name))
+    plane.kubectl("annotate", "modeldeployment", name, "-n", NS, "plnt.work/e2e-probe=1")
     calls = live.wait_for(
-        lambda: [c for c in _calls(plane, name) if "fleet-view" in c["answered"]],
-        30, f"a logged call for {name} with the view answered",
+        lambda: [c for c in _calls(plane, name)[before:] if "fleet-view" in c["answered"]],
+        60, f"a logged call for {name} with the view answered",
     )  # fmt: skip
+    xr = plane.mgmt.get(*MD, name, NS)
     last = calls[-1]
     assert last["answered"]["fleet-view-index"] == 1
     assert last["answered"]["fleet-view"] == parts, last
@@ -177,7 +189,6 @@ def test_a_reconcile_carries_the_view_it_predicts(plane, bulk, name, labels, par
         assert "cluster bulk-000: not Ready" in message, message
         assert f"{bulk - BULK} clusters do not match clusterSelector" in message, message
 
-    xr = plane.mgmt.get(*MD, name, NS)
     req, rsp = _offline(plane, copy.deepcopy(xr))
     predicted_req, predicted_rsp = req.ByteSize(), rsp.ByteSize()
     measured_req, measured_rsp = int(last["request"]), int(last["response"])
@@ -186,6 +197,6 @@ def test_a_reconcile_carries_the_view_it_predicts(plane, bulk, name, labels, par
         f"{name}: request {measured_req} B live, {predicted_req} B predicted; response "
         f"{measured_rsp} B live, {predicted_rsp} B predicted; the whole fleet alone {whole} B"
     )
-    assert 0.75 <= measured_req / predicted_req <= 1.33, (measured_req, predicted_req)
-    assert 0.75 <= measured_rsp / predicted_rsp <= 1.33, (measured_rsp, predicted_rsp)
+    assert 0.9 <= measured_req / predicted_req <= 1.1, (measured_req, predicted_req)
+    assert 0.9 <= measured_rsp / predicted_rsp <= 1.1, (measured_rsp, predicted_rsp)
     assert measured_req < whole / 2, (measured_req, whole)
