@@ -91,13 +91,18 @@ class Part:
     name: str
     labels: dict[str, str]
     text: str  # the JSON
-    clusters: int
+    names: tuple[str, ...]  # its clusters
+    payload: str  # the ConfigMap's binaryData value: `pack(text)`
 
-    @functools.cached_property
-    def payload(self) -> str:
-        """The ConfigMap's binaryData value: the JSON gzipped (no timestamp, so the same
-        JSON is the same payload and an unchanged part is not written again), in base64."""
-        return base64.b64encode(gzip.compress(self.text.encode(), mtime=0)).decode()
+    @property
+    def clusters(self) -> int:
+        return len(self.names)
+
+
+def pack(text: str) -> str:
+    """The JSON gzipped (no timestamp, so the same JSON is the same payload and an unchanged part
+    is not written again), in base64."""
+    return base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()
 
 
 def unpack(payload: Any) -> str:
@@ -166,30 +171,32 @@ def parts(
         labels = shared(members[0].cluster.labels)
         classes = sorted({p.class_name for v in members for p in v.cluster.pools})
         index = {name: i for i, name in enumerate(classes)}
-        chunks: list[list[str]] = [[]]
+        chunks: list[list[tuple[str, str]]] = [[]]  # (name, JSON) of each cluster
         size = 0
         for v in members:
             encoded = json.dumps(_encode(v, index), separators=(",", ":"))
             if chunks[-1] and size + len(encoded) > limit:
                 chunks.append([])
                 size = 0
-            chunks[-1].append(encoded)
+            chunks[-1].append((v.cluster.name, encoded))
             size += len(encoded) + 1
         head = json.dumps({"labels": labels, "classes": classes}, separators=(",", ":"))
-        texts = [t for chunk in chunks for t in _fitted(head, chunk, payload_limit)]
-        for n, (text, count) in enumerate(texts):
+        fitted = [f for chunk in chunks for f in _fitted(head, chunk, payload_limit)]
+        for n, (text, cluster_names, payload) in enumerate(fitted):
             name = names.dns_subdomain(PART_PREFIX, f"{digest}-{n}")
-            out.append(Part(name, {**labels, VIEW_LABEL: "true"}, text, count))
+            out.append(Part(name, {**labels, VIEW_LABEL: "true"}, text, cluster_names, payload))
     return out
 
 
-def _fitted(head: str, chunk: list[str], payload_limit: int) -> list[tuple[str, int]]:
-    """The chunk's part texts (and cluster counts): halved until each gzips under the limit (a
-    single cluster over it keeps a part of its own)."""
-    text = head[:-1] + ',"clusters":[' + ",".join(chunk) + "]}"
-    part = Part("", {}, text, len(chunk))
-    if len(chunk) == 1 or len(part.payload) <= payload_limit:
-        return [(text, len(chunk))]
+def _fitted(
+    head: str, chunk: list[tuple[str, str]], payload_limit: int
+) -> list[tuple[str, tuple[str, ...], str]]:
+    """The chunk's (text, cluster names, payload), halved until each payload is under the limit
+    (a single cluster over it keeps a part of its own)."""
+    text = head[:-1] + ',"clusters":[' + ",".join(encoded for _, encoded in chunk) + "]}"
+    payload = pack(text)
+    if len(chunk) == 1 or len(payload) <= payload_limit:
+        return [(text, tuple(name for name, _ in chunk), payload)]
     half = len(chunk) // 2
     return _fitted(head, chunk[:half], payload_limit) + _fitted(head, chunk[half:], payload_limit)
 
@@ -276,7 +283,9 @@ def read(configmaps: Iterable[Mapping[str, Any]]) -> tuple[dict[str, ClusterView
         data = cm.get("binaryData")
         payload = data.get(DATA_KEY) if isinstance(data, dict) else None
         try:
-            views = _decoded(payload) if isinstance(payload, str) else decode("")
+            if not isinstance(payload, str):
+                raise ValueError(f"no binaryData {DATA_KEY}")
+            views = _decoded(payload)
         except ValueError:
             bad.append(name)
             continue

@@ -108,16 +108,19 @@ class Snapshot:
 
     clusters: list[fleet.Cluster]
     replicas: list[dict[str, Any]]  # without a view: every ModelReplica on the fleet
-    used: Mapping[tuple[str, str], tuple[capacity.NodeUse, ...]]  # with a view: committed use
-    ledgers: Mapping[str, int]  # with a view: the ledger sequence counted, per cluster
+    views: Mapping[str, fleet_view.ClusterView]  # with a view: its clusters' committed use
     size: int  # clusters on the whole fleet
     viewed: bool  # read from the fleet view
     unreadable: Sequence[str] = ()  # view parts that did not read (read the whole fleet instead)
 
+    @property
+    def used(self) -> Mapping[tuple[str, str], tuple[capacity.NodeUse, ...]]:
+        return _ViewUse(self.views)
+
     def counts(self, replica: Any) -> bool:
         """Whether the view already counts this (own, bound) replica's slots."""
-        seq = self.ledgers.get(replica.cluster)
-        return replica.state == binding.BOUND and seq is not None and replica.ledger <= seq
+        view = self.views.get(replica.cluster)
+        return replica.state == binding.BOUND and view is not None and replica.ledger <= view.ledger
 
 
 class _ViewUse(Mapping[tuple[str, str], tuple[capacity.NodeUse, ...]]):
@@ -191,9 +194,7 @@ def snapshot(
         ]
     if not answered:
         return None
-    used = _ViewUse(views)
-    ledgers = {name: v.ledger for name, v in views.items()}
-    return Snapshot(clusters, [], used, ledgers, size, True)
+    return Snapshot(clusters, [], views, size, True)
 
 
 def _whole_fleet(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> Snapshot | None:
@@ -208,4 +209,4 @@ def _whole_fleet(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) ->
     if clusters is None or replicas is None:
         return None
     parsed = [fleet.cluster_of(c) for c in clusters]
-    return Snapshot(parsed, replicas, {}, {}, len(parsed), False)
+    return Snapshot(parsed, replicas, {}, len(parsed), False)

@@ -211,12 +211,6 @@ def _pod_resources(containers: Iterable[Container]) -> tuple[int, int]:
     return cpu, memory
 
 
-def gateway_address(obj: Mapping[str, Any]) -> str | None:
-    """The cluster's gateway as the host part of a URL, or None while it has no usable one."""
-    address = ((obj.get("status") or {}).get("gateway") or {}).get("address")
-    return url_host(address) if isinstance(address, str) else None
-
-
 _LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"{_LABEL}(\.{_LABEL})*")
 

@@ -200,18 +200,15 @@ class Binder:
             return value if isinstance(value, str) else None  # base64, as the API serves it
 
         def losing(part: fleet_view.Part) -> bool:
-            old = fleet_view.cluster_names(payload(held.get(part.name)))
-            return not old <= {v.cluster.name for v in fleet_view.decode(part.text)}
+            return not fleet_view.cluster_names(payload(held.get(part.name))) <= set(part.names)
 
-        for part in sorted(parts, key=losing):
-            cm = held.get(part.name)
-            if payload(cm) == part.payload:
-                continue
+        changed = [p for p in parts if payload(held.get(p.name)) != p.payload]
+        for part in sorted(changed, key=losing):
             self._put_config_map(
                 part.name,
                 part.labels,
                 binary={fleet_view.DATA_KEY: part.payload},
-                exists=cm is not None,
+                exists=part.name in held,
             )
         index = self._read_config_map(fleet_view.INDEX_NAME)
         text = fleet_view.index_text(parts)

@@ -182,8 +182,6 @@ class Fleet:
         self.ledgers, self.replicas = ledger.bind_all(self.clusters, self.classes, replicas)
         start = time.process_time()
         self.parts = fleet_view.parts(ledger.views(self.clusters, self.classes, self.ledgers))
-        for part in self.parts:
-            part.payload  # noqa: B018 (gzipped once, as the binder writes it)
         self.view_cpu_s = time.process_time() - start
         self.configmaps = fleet_view.configmaps(self.parts)
         self.by_deployment: dict[str, list[dict[str, Any]]] = {}

@@ -213,7 +213,7 @@ def test_read_reports_bad_parts_and_takes_the_later_sequence() -> None:
 
 
 def packed(text: str) -> str:
-    return fleet_view.Part("", {}, text, 0).payload
+    return fleet_view.pack(text)
 
 
 def test_payload_is_deterministic_and_bounded() -> None:
