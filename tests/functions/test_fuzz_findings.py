@@ -221,8 +221,7 @@ def test_the_valid_neighbours_still_parse(parse, spec) -> None:
     ],
 )
 def test_gateway_address_is_a_url_host_or_nothing(address: str, host: str | None) -> None:
-    cluster = {"status": {"gateway": {"address": address}}}
-    assert scheduler.gateway_address(cluster) == host
+    assert scheduler.url_host(address) == host
 
 
 def test_a_pool_without_a_name_offers_no_capacity() -> None:
