@@ -211,7 +211,7 @@ def run_pipeline(
             elif sel.get("matchLabels"):
                 bootstrap.match_labels.labels.update(sel["matchLabels"])
             req.required_resources[sel["requirementName"]].CopyFrom(fetch(required, bootstrap))
-        rsp, final_req = _run_with_requirements(run, req, required, step["step"])
+        rsp, final_req = run_with_requirements(run, req, required, step["step"])
         if trace is not None:
             trace.append((step["functionRef"]["name"], final_req))
         for res in rsp.results:
@@ -226,12 +226,14 @@ def run_pipeline(
     return desired, results, conditions, xp.to_dict(ctx)
 
 
-def _run_with_requirements(
+def run_with_requirements(
     run: runtime.RunFunction,
     req: fnv1.RunFunctionRequest,
     required: list[dict[str, Any]],
     step: str,
 ) -> tuple[fnv1.RunFunctionResponse, fnv1.RunFunctionRequest]:
+    """Calls the function until what it requires stops changing, answering each requirement from
+    `required` as Crossplane does: the last response and the request that got it."""
     previous = None
     for _ in range(MAX_REQUIREMENT_ITERATIONS):
         rsp = runtime.call_sync(run, req, step)
@@ -442,12 +444,9 @@ def _preview_binding(children: list[dict[str, Any]], required: list[dict[str, An
     writes = ledger.preview(replicas, required)
     for child in replicas:
         meta = child["metadata"]
-        for key, value in writes.get(f"{meta.get('namespace', '')}/{meta['name']}", {}).items():
-            annotations = meta.setdefault("annotations", {})
-            if value is None:
-                annotations.pop(key, None)
-            else:
-                annotations[key] = value
+        ledger.write_annotations(
+            child, writes.get(f"{meta.get('namespace', '')}/{meta['name']}", {})
+        )
 
 
 def _as_child_xr(obj: dict[str, Any], observed_by_name: dict[str | None, dict]) -> dict[str, Any]:

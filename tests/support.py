@@ -33,7 +33,7 @@ def call_function(
         key = (obj.get("metadata", {}).get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME)
         if key:
             req.observed.resources[key].resource.CopyFrom(_struct(obj))
-    rsp, _ = render._run_with_requirements(run, req, list(required), name)
+    rsp, _ = render.run_with_requirements(run, req, list(required), name)
     return rsp
 
 

@@ -136,22 +136,7 @@ def decide(
             )
             changed = True
 
-    accounts = {name: pool.copy() for name, pool in pools.items()}
-    over: dict[str, str] = {}
-    full: set[str] = set()  # pools with an over-committed entry: nothing new binds there
-    for key in sorted(entries):
-        for pool, slots in entries[key].parsed_slots().items():
-            account = accounts.get(pool)
-            if account is None:
-                over[key] = f"pool {pool} is gone from the cluster"
-                continue
-            left = account.take(slots)
-            if left:
-                full.add(pool)
-                over[key] = (
-                    f"pool {pool}: {len(left)} of its {len(slots)} pods no longer fit "
-                    f"({account.nodes} nodes of {_offers(account)} now)"
-                )
+    accounts, over, full = _charged(entries, pools)
     # Where the pods of an over-committed replica really run is unknown (the virtual node that
     # went may not be the real one), so its pool takes nothing new until it fits again.
     for pool in full:
@@ -219,16 +204,33 @@ def pools_of(
     }
 
 
-def committed_pools(ledger: Ledger, pools: Mapping[str, capacity.Pool]) -> dict[str, capacity.Pool]:
-    """The cluster's pools charged with every entry's slots, in key order as `decide` charges
-    them (slots that no longer fit are left out: the binder reports those as over-committed)."""
+def _charged(
+    entries: Mapping[str, Entry], pools: Mapping[str, capacity.Pool]
+) -> tuple[dict[str, capacity.Pool], dict[str, str], set[str]]:
+    """Copies of the pools charged with every entry's slots in key order; the over-committed
+    entries (why), and the pools where slots no longer fit (those slots are left out)."""
     accounts = {name: pool.copy() for name, pool in pools.items()}
-    for key in sorted(ledger.entries):
-        for pool, slots in ledger.entries[key].parsed_slots().items():
+    over: dict[str, str] = {}
+    full: set[str] = set()
+    for key in sorted(entries):
+        for pool, slots in entries[key].parsed_slots().items():
             account = accounts.get(pool)
-            if account is not None:
-                account.take(slots)
-    return accounts
+            if account is None:
+                over[key] = f"pool {pool} is gone from the cluster"
+                continue
+            left = account.take(slots)
+            if left:
+                full.add(pool)
+                over[key] = (
+                    f"pool {pool}: {len(left)} of its {len(slots)} pods no longer fit "
+                    f"({account.nodes} nodes of {_offers(account)} now)"
+                )
+    return accounts, over, full
+
+
+def committed_pools(ledger: Ledger, pools: Mapping[str, capacity.Pool]) -> dict[str, capacity.Pool]:
+    """The cluster's pools as `decide` charges them with the ledger's entries."""
+    return _charged(ledger.entries, pools)[0]
 
 
 def views(
@@ -269,15 +271,22 @@ def bind_all(
     out = []
     for obj, r in zip(replicas, parsed, strict=True):
         annotated = json.loads(json.dumps(obj))
-        meta = annotated.setdefault("metadata", {})
-        notes = meta.setdefault("annotations", {})
-        for key, value in writes.get(r.key, {}).items():
-            if value is None:
-                notes.pop(key, None)
-            else:
-                notes[key] = value
+        write_annotations(annotated, writes.get(r.key, {}))
         out.append(annotated)
     return committed, out
+
+
+def write_annotations(obj: dict[str, Any], writes: Mapping[str, str | None]) -> None:
+    """A decision's annotation writes on a ModelReplica, as its merge patch makes them (None
+    removes)."""
+    if not writes:
+        return
+    annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    for key, value in writes.items():
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
 
 
 def preview(

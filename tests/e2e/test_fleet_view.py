@@ -139,15 +139,8 @@ def _offline(plane, xr: dict) -> tuple[fnv1.RunFunctionRequest, fnv1.RunFunction
         *plane.mgmt.list(*IC),
         *plane.mgmt.list("v1", "ConfigMap", namespace=fleet_view.NAMESPACE),
     ]
-    for _ in range(5):
-        rsp = fn.run_function(req)
-        wanted = rsp.requirements.resources
-        if set(wanted) == set(req.required_resources):
-            return req, rsp
-        req.required_resources.clear()
-        for name, sel in wanted.items():
-            req.required_resources[name].CopyFrom(render.fetch(pool, sel))
-    raise AssertionError("requirements did not settle")
+    rsp, req = render.run_with_requirements(fn.run_function, req, pool, "model-deployment")
+    return req, rsp
 
 
 def _inputs(plane, xr: dict) -> dict[str, str]:

@@ -66,14 +66,7 @@ def answered(
     req.observed.composite.resource.update(xr)
     for obj in observed:
         req.observed.resources[obj["metadata"]["name"]].resource.update(obj)
-    for _ in range(5):
-        wanted = requirements(req)
-        if set(wanted) == set(req.required_resources):
-            return req
-        req.required_resources.clear()
-        for name, sel in wanted.items():
-            req.required_resources[name].CopyFrom(render.fetch(pool, sel))
-    raise AssertionError("requirements did not settle")
+    return render.run_with_requirements(fn.run_function, req, pool, "model-deployment")[1]
 
 
 def test_first_call_asks_for_the_view_narrowed_by_the_selector() -> None:

@@ -73,7 +73,7 @@ def test_requirements_are_answered_until_stable() -> None:
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b-secret", "namespace": "ns"}}
     ]
     req = fnv1.RunFunctionRequest()
-    rsp, final = render._run_with_requirements(run, req, required, "step")
+    rsp, final = render.run_with_requirements(run, req, required, "step")
     assert set(final.required_resources) == {"classes", "first"}
     assert calls == [set(), {"classes"}, {"classes", "first"}]
     assert xp.to_dict(rsp.desired.composite.resource)["status"]["classes"] == ["b", "a"]
