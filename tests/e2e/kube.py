@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import pathlib
 import shutil
 import ssl
@@ -30,6 +31,13 @@ KUBE_CONTROLLER_MANAGER = TOOLS / "kube-controller-manager"
 KUBECTL = TOOLS / "kubectl"
 
 
+# What the canary gate measures (the engines' latency) runs at this niceness in the stack, and the
+# gate's client with it: on a real fleet neither shares its CPU with etcd, the API servers and
+# Crossplane, and here, on 2 cores beside them, a fast engine measured a p95 TTFT of 392 ms on
+# one of 10 prompts (p50 34 ms) against the seed's 250 ms budget. Raising it needs root (we are).
+LATENCY_NICE = -5
+
+
 class Processes:
     """Child processes, each logging to a file; stopped by process id, newest first."""
 
@@ -38,12 +46,21 @@ class Processes:
         self.running: dict[str, subprocess.Popen] = {}
 
     def start(
-        self, name: str, argv: list[str], env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        argv: list[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        nice: int | None = None,
     ) -> subprocess.Popen:
+        """``nice``: the child's niceness, set as it starts (long before a plnt server has
+        imported enough to serve, or to start the workers that inherit it)."""
         log = (self.log_dir / f"{name}.log").open("ab")
         proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, env=dict(env) if env else None
         )
+        if nice is not None:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
         self.running[name] = proc
         return proc
 

@@ -39,7 +39,7 @@ from plnt_host import procs as plnt_procs
 from plnt_host import runtime
 from tests.e2e import kube, netns
 from tests.e2e.images import ImageFunctions
-from tests.e2e.kube import CA, APIServer, Processes, wait_for
+from tests.e2e.kube import CA, LATENCY_NICE, APIServer, Processes, wait_for
 from tests.reconcile.apiserver import REPO, TOOLS, free_port
 
 SHARED_CRDS = REPO.parent / "shared" / "crds"
@@ -265,6 +265,7 @@ class ControlPlane:
                 *(["--debug"] if name == "plnt-function-model-deployment" else []),
             ],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            nice=LATENCY_NICE if name == "plnt-function-canary-gate" else None,
         )
 
     def _function_process(self, name: str) -> Any:
