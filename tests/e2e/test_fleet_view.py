@@ -18,6 +18,7 @@ import json
 import re
 import time
 
+import httpx
 import pytest
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -93,12 +94,17 @@ def bulk(plane):
     plane.kubectl("delete", "modeldeployment", "--all", "-n", NS, "--wait=false")
 
     # Deletecollection: `kubectl delete -l` timed out (120 s) deleting 200 on a loaded run. It
-    # took 3.6 s alone but over 30 s in a full run; the server deletes one by one and stops at
-    # its own 60 s request timeout (504), so it is repeated until none is left.
+    # took 3.6 s alone, but beside the 200 clusters' own reconciles in a full run the server hit
+    # its 60 s request timeout and dropped the connection with some deleted; so it is repeated
+    # until every bulk cluster is being deleted.
     def delete_bulk() -> bool:
         path, selector = plane.mgmt.path(*IC), {"labelSelector": f"{BULK_LABEL}=true"}
-        gone = plane.mgmt.http.delete(path, params=selector, timeout=90)
-        assert gone.status_code in (200, 504), gone.text
+        try:
+            gone = plane.mgmt.http.delete(path, params=selector, timeout=90)
+        except httpx.TransportError:  # the server gave up; what it deleted stays deleted
+            pass
+        else:
+            assert gone.status_code == 200, gone.text
         left = plane.mgmt.list(*IC, labels={BULK_LABEL: "true"})
         return not [o for o in left if not o["metadata"].get("deletionTimestamp")]
 
