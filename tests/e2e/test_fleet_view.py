@@ -95,8 +95,8 @@ def bulk(plane):
 
     # Deletecollection: `kubectl delete -l` timed out (120 s) deleting 200 on a loaded run. It
     # took 3.6 s alone, but beside the 200 clusters' own reconciles in a full run the server hit
-    # its 60 s request timeout and dropped the connection with some deleted; so it is repeated
-    # until every bulk cluster is being deleted.
+    # its 60 s request timeout with some deleted (answering 504, or dropping the connection); so
+    # it is repeated until every bulk cluster is being deleted.
     def delete_bulk() -> bool:
         path, selector = plane.mgmt.path(*IC), {"labelSelector": f"{BULK_LABEL}=true"}
         try:
@@ -104,11 +104,11 @@ def bulk(plane):
         except httpx.TransportError:  # the server gave up; what it deleted stays deleted
             pass
         else:
-            assert gone.status_code == 200, gone.text
+            assert gone.status_code in (200, 504), gone.text
         left = plane.mgmt.list(*IC, labels={BULK_LABEL: "true"})
         return not [o for o in left if not o["metadata"].get("deletionTimestamp")]
 
-    live.wait_for(delete_bulk, 300, "the bulk clusters to be deleted")
+    live.wait_for(delete_bulk, 420, "the bulk clusters to be deleted")
     live.wait_for(lambda: _index(plane).get("clusters") == before, 180, "the view to shrink")
     live.wait_for(
         lambda: not plane.mgmt.list("kubernetes.m.crossplane.io/v1alpha1", "Object", namespace=NS),
