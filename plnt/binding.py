@@ -1,12 +1,20 @@
-"""What a ModelReplica asks for and whether the binder has committed it: the annotations the
-ModelDeployment function (proposer), the binder (`plnt reconcile`) and the ModelReplica function
-(renderer) share.
+"""What a ModelReplica asks for and whether the binder has committed it: the annotations and the
+ledger the ModelDeployment function (proposer), the binder (`plnt reconcile`) and the ModelReplica
+function (renderer) share.
+
+The ledger is the only proof of a binding. The binder commits a replica by writing an entry
+(its uid, digest and slots) into its cluster's ledger, a ConfigMap `plnt-ledger-<cluster>` in
+`plnt-system` that only the binder may write; the ModelReplica function requires that ConfigMap
+and renders a replica only when it holds an entry for exactly this namespace, name, uid and
+digest (`verify`). The annotations below are the binder's answers for people and for the
+ModelDeployment function; anything a tenant writes into them makes nothing bound, and a
+binding annotation the ledger does not back is reported as forged, replayed or stale.
 
 - `plnt.work/pool-demand` (written by the ModelDeployment function): per pool, the pods the
   replica needs and what each asks of one node (`capacity.Pods`).
-- `plnt.work/binding` (written by the binder after its ledger commit succeeded): the digest of
-  what was committed and the (virtual) node of every pod. Only a replica whose binding digest
-  equals the digest of its current spec and demand is bound; only a bound replica is rendered.
+- `plnt.work/binding` (written by the binder after its ledger commit succeeded): the replica and
+  uid it was written for, the digest of what was committed and the (virtual) node of every pod.
+  It tells the ModelDeployment what the binder answered; it is never what renders a replica.
 - `plnt.work/binding-refused` (binder): the digest refused and why; the ModelDeployment
   function releases such a replica and places another.
 - `plnt.work/over-committed` (binder): set while a bound replica no longer fits its pool (the
@@ -21,12 +29,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from plnt import capacity
+from plnt import capacity, names, tenancy
 
 DEMAND = "plnt.work/pool-demand"
 LEGACY_NODES = "plnt.work/pool-nodes"  # before devices were counted: {pool: nodes}
@@ -38,6 +46,17 @@ ANNOTATIONS = (DEMAND, LEGACY_NODES, BINDING, REFUSED, OVER_COMMITTED)
 BOUND = "Bound"
 PENDING = "Pending"
 REFUSED_STATE = "Refused"
+UNBACKED = "Unbacked"  # a binding annotation the ledger does not back (see `verify`)
+
+# The ledger: where the binder keeps it, and how the ModelReplica function finds it.
+LEDGER_NAMESPACE = "plnt-system"  # the binder's default namespace; tenants cannot write in it
+LEDGER_LABEL = "plnt.work/ledger"
+LEDGER_DATA_KEY = "ledger.json"
+
+# Why a binding annotation is not honoured (the ModelReplica's Bound condition and a Warning)
+BINDING_FORGED = "BindingForged"
+BINDING_REPLAYED = "BindingReplayed"
+BINDING_STALE = "BindingStale"
 
 # ModelDeployment condition reporting the binder's answers
 REPLICAS_BOUND = "ReplicasBound"
@@ -53,6 +72,10 @@ class _Strict(BaseModel):
 class BindingRecord(_Strict):
     digest: str
     cluster: str
+    # Whom the binder wrote it for ("<namespace>/<name>" and uid): a copy on another replica,
+    # in another namespace or on a re-created one of the same name says so.
+    replica: str = ""
+    uid: str = ""
     slots: dict[str, list[list[Any]]]
     # The ledger's sequence when the entry was committed: a fleet view of that ledger sequence
     # or later counts the replica (0: committed before ledgers were numbered).
@@ -64,13 +87,95 @@ class RefusalRecord(_Strict):
     message: str
 
 
+class Entry(BaseModel):
+    """One committed replica in a cluster's ledger."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uid: str
+    digest: str
+    slots: dict[str, list[list[Any]]]
+    sequence: int = 0  # the ledger's sequence when this entry was committed
+    devices: dict[str, int] = Field(default_factory=dict)  # per device class (quotas)
+
+    def parsed_slots(self) -> dict[str, tuple[capacity.Slot, ...]]:
+        return capacity.slots_from_json(self.slots)
+
+
+class Ledger(BaseModel):
+    """A cluster's ledger: every replica committed to it, by "<namespace>/<name>"."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cluster: str
+    # One more on every write (writes are compare-and-swap, so the sequence is the ledger's
+    # history): a fleet view says which sequence it counted, a binding when it was committed.
+    sequence: int = 0
+    entries: dict[str, Entry] = Field(default_factory=dict)
+
+
+def ledger_name(cluster: str) -> str:
+    return names.dns_subdomain("plnt-ledger", cluster)
+
+
+def ledger_configmap(state: Ledger, namespace: str = LEDGER_NAMESPACE) -> dict[str, Any]:
+    """The ConfigMap the binder keeps `state` in."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": ledger_name(state.cluster),
+            "namespace": namespace,
+            "labels": {LEDGER_LABEL: "true"},
+        },
+        "data": {LEDGER_DATA_KEY: state.model_dump_json(exclude_defaults=True)},
+    }
+
+
+def ledger_of(configmaps: Sequence[Mapping[str, Any]], cluster: str) -> Ledger | None:
+    """The ledger of `cluster` among the ConfigMaps Crossplane resolved (by name, in the
+    binder's namespace); None when there is none or it is not that cluster's ledger."""
+    for cm in configmaps:
+        meta = cm.get("metadata") or {}
+        if (
+            meta.get("name") != ledger_name(cluster)
+            or meta.get("namespace") != LEDGER_NAMESPACE
+            or (meta.get("labels") or {}).get(LEDGER_LABEL) != "true"
+        ):
+            continue
+        raw = (cm.get("data") or {}).get(LEDGER_DATA_KEY) or ""
+        try:
+            parsed = Ledger.model_validate_json(raw)
+        except (ValidationError, ValueError):
+            return None
+        return parsed if parsed.cluster == cluster else None
+    return None
+
+
+def devices_of(obj: Mapping[str, Any]) -> dict[str, int]:
+    """The DRA devices a replica holds, per device class: every member's device requests times
+    its pods (a Worker's nodes) times the engine's copies. What quotas count."""
+    out: dict[str, int] = {}
+    for engine in (obj.get("spec") or {}).get("engines") or []:
+        copies = int(engine.get("copies") or 1)
+        for m in engine.get("members") or []:
+            pods = (
+                int((m.get("worker") or {}).get("nodes") or 1) if m.get("role") == "Worker" else 1
+            )
+            for r in m.get("deviceRequests") or []:
+                cls = str(r.get("deviceClassName") or "")
+                out[cls] = out.get(cls, 0) + int(r.get("count") or 1) * pods * copies
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class State:
-    state: str  # BOUND, PENDING or REFUSED_STATE
+    state: str  # BOUND, PENDING, REFUSED_STATE or UNBACKED
     digest: str
     demand: Mapping[str, tuple[capacity.Pods, ...]]
     slots: Mapping[str, tuple[capacity.Slot, ...]] | None = None  # when bound
-    message: str = ""  # refusal
+    message: str = ""  # refusal, or why the binding annotation is not honoured
+    reason: str = ""  # UNBACKED: BINDING_FORGED, BINDING_REPLAYED or BINDING_STALE
     over_committed: str = ""
     ledger: int = 0  # when bound: the ledger sequence of the commit
 
@@ -161,24 +266,123 @@ def state_of(obj: Mapping[str, Any]) -> State:
     return State(PENDING, current, demand)
 
 
+def verify(
+    obj: Mapping[str, Any],
+    ledger: Ledger | None,
+    quotas: Sequence[tenancy.QuotaLedger] = (),
+) -> State:
+    """What renders a replica: Bound only when `ledger` (its cluster's, as Crossplane read it)
+    holds an entry for exactly this namespace/name, uid and digest; the slots are the ledger's.
+    Else a binder's refusal, Pending, or, when a binding annotation claims what the ledger does
+    not hold, Unbacked with the reason: forged (no such commit), replayed (written for another
+    replica, namespace or an earlier replica of this name) or stale (for an earlier spec or
+    another cluster). `quotas`: the quota ledgers; each covering the replica's namespace must
+    reserve exactly it too (plnt.tenancy), else it is not bound yet."""
+    meta = obj.get("metadata") or {}
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    uid = meta.get("uid", "") or ""
+    cluster = (obj.get("spec") or {}).get("clusterName", "")
+    claimed = state_of(obj)
+    entry = ledger.entries.get(key) if ledger is not None else None
+    unreserved = [
+        q.quota
+        for q in quotas
+        if meta.get("namespace", "") in q.namespaces
+        and not _reserves(q.entries.get(key), uid, claimed.digest)
+    ]
+    if entry is not None and entry.uid == uid and entry.digest == claimed.digest:
+        if unreserved:
+            if claimed.state == REFUSED_STATE:
+                return claimed
+            return State(
+                PENDING,
+                claimed.digest,
+                claimed.demand,
+                message=f"awaiting its reservation in InferenceQuota {', '.join(unreserved)}",
+            )
+        return State(
+            BOUND,
+            claimed.digest,
+            claimed.demand,
+            entry.parsed_slots(),
+            over_committed=claimed.over_committed,
+            ledger=entry.sequence,
+        )
+    raw = ((meta.get("annotations") or {}).get(BINDING)) or ""
+    if not raw:
+        if claimed.state == REFUSED_STATE:
+            return claimed
+        return State(PENDING, claimed.digest, claimed.demand)
+    where = f"the ledger of cluster {cluster}"
+
+    def unbacked(reason: str, message: str) -> State:
+        return State(UNBACKED, claimed.digest, claimed.demand, message=message, reason=reason)
+
+    try:
+        record = BindingRecord.model_validate_json(raw)
+    except (ValidationError, ValueError):
+        return unbacked(BINDING_FORGED, f"its {BINDING} annotation is not one the binder writes")
+    if record.replica and record.replica != key:
+        return unbacked(
+            BINDING_REPLAYED,
+            f"its {BINDING} annotation was written for {record.replica}, not {key}",
+        )
+    if entry is not None and entry.uid != uid:
+        return unbacked(
+            BINDING_REPLAYED,
+            f"{where} holds {key} for an earlier replica of that name (uid {entry.uid})",
+        )
+    if record.uid and record.uid != uid:
+        return unbacked(
+            BINDING_REPLAYED,
+            f"its {BINDING} annotation was written for an earlier {key} (uid {record.uid})",
+        )
+    if record.cluster != cluster:
+        return unbacked(
+            BINDING_STALE,
+            f"its {BINDING} annotation binds it to cluster {record.cluster}, it is pinned to "
+            f"{cluster}",
+        )
+    if entry is not None:
+        return unbacked(
+            BINDING_STALE,
+            f"{where} committed digest {entry.digest}; its spec and demand are now "
+            f"{claimed.digest} (changed after the commit, awaiting the binder)",
+        )
+    if record.digest != claimed.digest:
+        return unbacked(
+            BINDING_STALE,
+            f"its {BINDING} annotation is for digest {record.digest}, its spec and demand are "
+            f"now {claimed.digest}, and {where} holds no entry for {key}",
+        )
+    return unbacked(
+        BINDING_FORGED,
+        f"its {BINDING} annotation claims a commit {where} does not hold: no entry for {key}",
+    )
+
+
+def _reserves(r: tenancy.Reservation | None, uid: str, digest_: str) -> bool:
+    return r is not None and r.uid == uid and r.digest == digest_
+
+
 def binding_json(
-    digest_: str, cluster: str, slots: Mapping[str, tuple[capacity.Slot, ...]], ledger: int = 0
+    digest_: str,
+    cluster: str,
+    slots: Mapping[str, tuple[capacity.Slot, ...]],
+    ledger: int = 0,
+    *,
+    replica: str = "",
+    uid: str = "",
 ) -> str:
     return BindingRecord(
-        digest=digest_, cluster=cluster, slots=capacity.slots_json(slots), ledger=ledger
+        digest=digest_,
+        cluster=cluster,
+        slots=capacity.slots_json(slots),
+        ledger=ledger,
+        replica=replica,
+        uid=uid,
     ).model_dump_json(exclude_defaults=True)
 
 
 def refusal_json(digest_: str, message: str) -> str:
     return RefusalRecord(digest=digest_, message=message).model_dump_json()
-
-
-def preview(obj: Mapping[str, Any]) -> str:
-    """The binding annotation a binder would write on `obj` alone on its pools (whole nodes from
-    node 0): for examples, tests and previews, never for capacity decisions."""
-    state = state_of(obj)
-    slots = {}
-    for pool, pods in state.demand.items():
-        account = capacity.Pool(sum(p.count for p in pods), capacity.Shape(()))
-        slots[pool] = tuple(account.pack(pods) or ())
-    return binding_json(state.digest, (obj.get("spec") or {}).get("clusterName", ""), slots)

@@ -126,9 +126,10 @@ def load_scenario(path: pathlib.Path) -> Scenario:
     docs = load_yaml_docs(xr_file)
     if len(docs) != 1:
         raise ScenarioError(f"{xr_file}: must hold exactly one XR, found {len(docs)}")
+    required = load_folder(path / "required")
     return Scenario(
         xr=docs[0],
-        required=load_folder(path / "required"),
+        required=[*required, *played_binder(docs[0], required)],
         observed=load_folder(path / "observed"),
         path=path,
     )
@@ -423,30 +424,54 @@ def _render_xr(
             for obj in composed
             if (obj["apiVersion"], obj["kind"]) in catalogue
         ]
-        _preview_binding(children, required)
+        committed = _preview_binding(children, required)
         for child in children:
             rendered.children.append(
                 _render_xr(
-                    child, all_observed, required, catalogue, tree=tree, context=None, top=False
+                    child,
+                    all_observed,
+                    [*required, *committed],
+                    catalogue,
+                    tree=tree,
+                    context=None,
+                    top=False,
                 )
             )
     return rendered
 
 
-def _preview_binding(children: list[dict[str, Any]], required: list[dict[str, Any]]) -> None:
-    """ModelReplicas render only once bound (plnt.binding): the tree shows them as the binder
-    (`plnt reconcile --bind`) would commit them on the scenario's fleet, refusals included."""
+def _preview_binding(
+    children: list[dict[str, Any]], required: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """ModelReplicas render only once their cluster's ledger commits them (plnt.binding): the
+    tree shows them as the binder (`plnt reconcile --bind`) would commit them on the scenario's
+    fleet, refusals included. Returns the ledgers it wrote, which the replicas' renders read."""
     from plnt.reconcile import ledger
 
     replicas = [c for c in children if c.get("kind") == "ModelReplica"]
     if not replicas:
-        return
-    writes = ledger.preview(replicas, required)
+        return []
+    done = ledger.preview(replicas, required)
     for child in replicas:
         meta = child["metadata"]
         ledger.write_annotations(
-            child, writes.get(f"{meta.get('namespace', '')}/{meta['name']}", {})
+            child, done.annotate.get(f"{meta.get('namespace', '')}/{meta['name']}", {})
         )
+    return done.configmaps
+
+
+def played_binder(xr: dict[str, Any], required: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For a ModelReplica scenario whose required resources hold no ledger of its cluster,
+    the ledgers the binder would commit it with (render plays the binder; a ModelReplica's
+    own annotations never bind it). Nothing for any other XR."""
+    from plnt.reconcile import ledger
+
+    if xr.get("kind") != "ModelReplica":
+        return []
+    cluster = (xr.get("spec") or {}).get("clusterName", "")
+    if binding.ledger_of([o for o in required if o.get("kind") == "ConfigMap"], cluster):
+        return []
+    return ledger.preview([copy.deepcopy(xr)], required).configmaps
 
 
 def _as_child_xr(obj: dict[str, Any], observed_by_name: dict[str | None, dict]) -> dict[str, Any]:

@@ -70,3 +70,24 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise LookupError("VmRSS")
+
+
+def binder_annotation(obj: dict[str, Any]) -> str:
+    """The `plnt.work/binding` annotation a binder writes on `obj` once it committed it alone on
+    its pools (whole nodes from node 0): for tests of what the ModelDeployment function reads
+    of its replicas. It binds nothing: rendering checks the ledger (plnt.binding.verify)."""
+    from plnt import binding, capacity
+
+    state = binding.state_of(obj)
+    slots = {}
+    for pool, pods in state.demand.items():
+        account = capacity.Pool(sum(p.count for p in pods), capacity.Shape(()))
+        slots[pool] = tuple(account.pack(pods) or ())
+    meta = obj.get("metadata") or {}
+    return binding.binding_json(
+        state.digest,
+        (obj.get("spec") or {}).get("clusterName", ""),
+        slots,
+        replica=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+        uid=meta.get("uid", ""),
+    )

@@ -8,10 +8,15 @@ Namespace (never deleted: other replicas share it), ResourceClaimTemplates and a
 or LeaderWorkerSet per engine (workloads.py), and the serving surface (serving.py): in both
 serving modes an InferencePool over the serving pods, its endpoint picker and an HTTPRoute.
 
-Capacity: only a replica the binder has committed (`plnt.binding`: its binding annotation has
-the digest of its current spec and demand) composes anything; until then, or when refused,
-nothing is composed and the `Bound` condition says why (docs/scheduler.md, "Binding"). That is
-what makes the binder's ledger, not each reconcile's snapshot, decide what runs.
+Capacity and tenancy: only a replica the binder has committed composes anything. The function
+requires its cluster's ledger (the ConfigMap `plnt-ledger-<cluster>` in plnt-system, which only
+the binder writes) and the quota ledgers, and renders only when the ledger holds an entry for
+exactly this namespace, name, uid and digest and every quota covering the namespace reserves it
+(`plnt.binding.verify`); the replica's own annotations never bind it. Until then, or when
+refused, nothing is composed and the `Bound` condition says why (docs/scheduler.md, "Binding");
+a binding annotation the ledger does not back is named forged, replayed or stale, with a Warning
+(docs/tenancy.md). That is what makes the binder's ledger, not each reconcile's snapshot or
+what a tenant writes, decide what runs.
 
 Choices: until the cluster is known and has a ProviderConfig nothing is composed (an Object
 without a reachable cluster could never be deleted); a workload Object is ready only when
@@ -40,10 +45,21 @@ from functions.model_replica.replica import (
     kubernetes_object,
     observed_manifest,
 )
-from plnt import binding, conditions, contracts, labels, weights, workload_cluster, xp
+from plnt import (
+    binding,
+    conditions,
+    contracts,
+    labels,
+    tenancy,
+    weights,
+    workload_cluster,
+    xp,
+)
 from plnt.models.model_replica import ModelReplicaSpec, ReplicaEngine, check_engines
 
 CACHE_REQUIREMENT = "model-cache"
+LEDGER_REQUIREMENT = "ledger"
+QUOTA_LEDGERS_REQUIREMENT = "quota-ledgers"
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -69,13 +85,42 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             match_name=spec.model_cache_ref.name,
             namespace=namespace,
         )
-    if clusters is None or caches is None:
+    ledgers = xp.require(
+        req,
+        rsp,
+        LEDGER_REQUIREMENT,
+        "v1",
+        "ConfigMap",
+        match_name=binding.ledger_name(spec.cluster_name),
+        namespace=binding.LEDGER_NAMESPACE,
+    )
+    quota_ledgers = xp.require(
+        req,
+        rsp,
+        QUOTA_LEDGERS_REQUIREMENT,
+        "v1",
+        "ConfigMap",
+        match_labels={tenancy.QUOTA_LEDGER_LABEL: "true"},
+        namespace=binding.LEDGER_NAMESPACE,
+    )
+    if clusters is None or caches is None or ledgers is None or quota_ledgers is None:
         return rsp  # Crossplane calls again with the required resources
     cluster = clusters[0] if clusters else None
 
     # --- decisions ----------------------------------------------------------------------------
-    bound = binding.state_of(xr)
+    quotas, unreadable = tenancy.quota_ledgers_of(quota_ledgers, binding.LEDGER_NAMESPACE)
+    bound = binding.verify(xr, binding.ledger_of(ledgers, spec.cluster_name), quotas)
+    if unreadable and bound.state == binding.BOUND:
+        bound = binding.State(
+            binding.PENDING,
+            bound.digest,
+            bound.demand,
+            message=f"quota ledgers {', '.join(unreadable)} in {binding.LEDGER_NAMESPACE} "
+            "do not parse: its quotas cannot be checked",
+        )
     xp.set_conditions(rsp, bound_condition(bound, spec.cluster_name))
+    if bound.state == binding.UNBACKED:
+        xp.warning(rsp, f"binding not honoured ({bound.reason}): {bound.message}")
     if bound.state != binding.BOUND:
         hold(
             rsp,
@@ -246,6 +291,8 @@ def cluster_problem(name: str, cluster: dict[str, Any] | None) -> str | None:
 
 
 def binding_reason(state: binding.State) -> str:
+    if state.state == binding.UNBACKED:
+        return state.reason
     if state.state == binding.REFUSED_STATE:
         return binding.BINDING_REFUSED
     return binding.AWAITING_BINDING if state.state == binding.PENDING else binding.BOUND
@@ -264,11 +311,18 @@ def bound_condition(state: binding.State, cluster: str) -> xp.Condition:
             binding.BINDING_REFUSED,
             f"the binder refused it: {state.message}",
         )
+    if state.state == binding.UNBACKED:
+        return xp.Condition(
+            conditions.BOUND,
+            False,
+            state.reason,
+            f"not bound: {state.message}; only the binder's ledger binds a replica",
+        )
     return xp.Condition(
         conditions.BOUND,
         False,
         binding.AWAITING_BINDING,
-        "awaiting the binder (plnt reconcile --bind) to commit its devices",
+        state.message or "awaiting the binder (plnt reconcile --bind) to commit its devices",
     )
 
 

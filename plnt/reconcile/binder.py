@@ -9,6 +9,12 @@ conflict (another binder, or a concurrent pass) re-reads that cluster's ledger a
 and decides again. Last, the fleet view (`plnt.fleet_view`) of the ledgers as committed: what the
 ModelDeployment function schedules on instead of the whole fleet.
 
+Tenancy (plnt.tenancy, docs/tenancy.md): before the clusters, every InferenceQuota's quota
+ledger (`plnt-quota-<name>`, same namespace) is decided and written the same way, so no two
+binders reserve past `hard`; a cluster then never commits a replica its fence
+(`spec.namespaceSelector`, over the Namespaces' labels) keeps off, nor one a quota covering its
+namespace has not reserved. Each InferenceQuota's status (used, namespaces) is written last.
+
 Writes are merge patches of annotations (field manager plnt-binder) and ConfigMap
 create/replace; the ModelReplica's spec is never touched.
 """
@@ -24,7 +30,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, contracts, fleet_view, names
+from plnt import binding, contracts, fleet_view, tenancy
 from plnt.reconcile import ledger as ledgers
 from plnt.reconcile.kube import api_map
 
@@ -32,19 +38,18 @@ log = logging.getLogger(__name__)
 
 GROUP, VERSION = contracts.MODELPLANE_GROUP, contracts.MODELPLANE_VERSION
 FIELD_MANAGER = "plnt-binder"
-LEDGER_LABEL = "plnt.work/ledger"
+LEDGER_LABEL = binding.LEDGER_LABEL
 MAX_ATTEMPTS = 8  # per cluster and pass; a conflict means someone else made progress
 
 
-def _meta(obj: client.V1ConfigMap) -> client.V1ObjectMeta:
+def _meta(obj: client.V1ConfigMap | client.V1Namespace) -> client.V1ObjectMeta:
     """Metadata of an object read from the API server, which always sends it."""
     if obj.metadata is None:
-        raise ValueError("a ConfigMap without metadata from the API server")
+        raise ValueError("an object without metadata from the API server")
     return obj.metadata
 
 
-def ledger_name(cluster: str) -> str:
-    return names.dns_subdomain("plnt-ledger", cluster)
+ledger_name = binding.ledger_name
 
 
 @dataclasses.dataclass
@@ -112,7 +117,93 @@ class Binder:
             raise ValueError(f"ConfigMap {_meta(cm).name} is the ledger of {parsed.cluster!r}")
         return parsed, _meta(cm).resource_version
 
+    def read_quota_ledgers(
+        self, quotas: set[str]
+    ) -> dict[str, tuple[tenancy.QuotaLedger, str | None]]:
+        """Every quota ledger in one list call; a quota without one gets an empty one and None."""
+        listed = self.core.list_namespaced_config_map(
+            self.namespace, label_selector=f"{tenancy.QUOTA_LEDGER_LABEL}=true"
+        )
+        out: dict[str, tuple[tenancy.QuotaLedger, str | None]] = {
+            q: (tenancy.QuotaLedger(quota=q), None) for q in quotas
+        }
+        for cm in listed.items:
+            raw = (cm.data or {}).get(tenancy.QUOTA_DATA_KEY) or "{}"
+            try:
+                parsed = tenancy.QuotaLedger.model_validate_json(raw)
+            except ValueError:
+                log.warning("ConfigMap %s is not a quota ledger; ignored", _meta(cm).name)
+                continue
+            if parsed.quota in quotas and _meta(cm).name == tenancy.quota_ledger_name(parsed.quota):
+                out[parsed.quota] = (parsed, _meta(cm).resource_version)
+        return out
+
+    def read_quota_ledger(self, quota: str) -> tuple[tenancy.QuotaLedger, str | None]:
+        try:
+            cm = self.core.read_namespaced_config_map(
+                tenancy.quota_ledger_name(quota), self.namespace
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return tenancy.QuotaLedger(quota=quota), None
+            raise
+        raw = (cm.data or {}).get(tenancy.QUOTA_DATA_KEY) or "{}"
+        return tenancy.QuotaLedger.model_validate_json(raw), _meta(cm).resource_version
+
+    def namespaces(self) -> dict[str, dict[str, str]]:
+        """Every Namespace's labels (fences and quotas select namespaces by them)."""
+        listed = self.core.list_namespace()
+        return {_meta(n).name or "": dict(_meta(n).labels or {}) for n in listed.items}
+
     # --- writes ---------------------------------------------------------------------------
+
+    def write_quota_ledger(self, state: tenancy.QuotaLedger, resource_version: str | None) -> bool:
+        """Compare-and-swap, as `write_ledger`."""
+        cm = tenancy.quota_ledger_configmap(state, self.namespace)
+        body = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(
+                name=cm["metadata"]["name"],
+                namespace=self.namespace,
+                labels=cm["metadata"]["labels"],
+                resource_version=resource_version,
+            ),
+            data=cm["data"],
+        )
+        try:
+            if resource_version is None:
+                self.core.create_namespaced_config_map(
+                    self.namespace, body, field_manager=FIELD_MANAGER
+                )
+            else:
+                self.core.replace_namespaced_config_map(
+                    cm["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER
+                )
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
+    def write_quota_status(self, quota: Mapping[str, Any], state: tenancy.QuotaLedger) -> None:
+        """status.used (devices per class), status.namespaces, status.replicas: what
+        `kubectl get inferencequota` shows beside spec.hard."""
+        used = state.used()
+        status = {
+            "used": {"devices": {c: used.get(c, 0) for c in sorted(set(used) | set(state.hard))}},
+            "namespaces": list(state.namespaces),
+            "replicas": len(state.entries),
+        }
+        seen = quota.get("status") or {}
+        if all(seen.get(k) == v for k, v in status.items()):
+            return
+        try:
+            self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, "inferencequotas", quota["metadata"]["name"],
+                {"status": status}, field_manager=FIELD_MANAGER,
+            )  # fmt: skip
+        except ApiException as err:
+            if err.status != 404:
+                raise
 
     def write_ledger(self, state: ledgers.Ledger, resource_version: str | None) -> bool:
         """Compare-and-swap: False if the ledger moved on since `resource_version`."""
@@ -158,15 +249,25 @@ class Binder:
     def bind_once(self) -> list[ClusterOutcome]:
         clusters = {c["metadata"]["name"]: c for c in self._list("inferenceclusters")}
         classes = {c["metadata"]["name"]: c for c in self._list("inferenceclasses")}
+        quotas = {q["metadata"]["name"]: q for q in self._list("inferencequotas")}
+        namespaces = self.namespaces()
         read = self.read_ledgers(set(clusters))  # the ledgers first, then the replicas
+        quota_read = self.read_quota_ledgers(set(quotas))
         replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+        decided: list[ledgers.QuotaDecision] = []
+        for name in sorted(quotas):
+            decided.append(
+                self._reserve(quotas[name], quota_read[name], replicas, namespaces, clusters)
+            )
+        fenced = ledgers.tenancy_refusals(replicas, clusters, namespaces)
+        refuse = {**ledgers.quota_refusals(replicas, decided), **fenced}
         outcomes = []
         committed: dict[str, ledgers.Ledger] = {}
         for name in sorted(clusters):
             outcome = ClusterOutcome(name)
             try:
                 committed[name] = self._bind_cluster(
-                    clusters[name], classes, read[name], replicas, outcome
+                    clusters[name], classes, read[name], replicas, outcome, refuse=refuse
                 )
             except Exception as err:  # one cluster's failure must not stop the others
                 outcome.error = f"{type(err).__name__}: {err}"
@@ -175,7 +276,33 @@ class Binder:
             outcomes.append(outcome)
         self._refuse_unknown_clusters(replicas, set(clusters))
         self.write_view(clusters, classes, committed)
+        for d in decided:
+            self.write_quota_status(quotas[d.ledger.quota], d.ledger)
         return outcomes
+
+    def _reserve(
+        self,
+        quota: Mapping[str, Any],
+        read: tuple[tenancy.QuotaLedger, str | None],
+        replicas: list[ledgers.Replica],
+        namespaces: Mapping[str, Mapping[str, str]],
+        clusters: Mapping[str, Mapping[str, Any]],
+    ) -> ledgers.QuotaDecision:
+        """One quota's reservations, written by compare-and-swap (a conflict re-reads the quota
+        ledger and the replicas); returns the decision as written, or one reserving nothing new
+        when the ledger kept changing."""
+        name = quota["metadata"]["name"]
+        state, version = read
+        for _ in range(MAX_ATTEMPTS):
+            fenced = ledgers.tenancy_refusals(replicas, clusters, namespaces)
+            eligible = {r.key for r in replicas if r.cluster in clusters} - set(fenced)
+            decision = ledgers.decide_quota(state, quota, replicas, namespaces, eligible=eligible)
+            if not decision.changed or self.write_quota_ledger(decision.ledger, version):
+                return decision
+            state, version = self.read_quota_ledger(name)  # first the ledger, then the list
+            replicas[:] = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+        log.warning("InferenceQuota %s: its ledger kept changing; nothing new reserved", name)
+        return ledgers.QuotaDecision(state, False, {})
 
     # --- the fleet view ---------------------------------------------------------------------
 
@@ -276,6 +403,8 @@ class Binder:
         read: tuple[ledgers.Ledger, str | None],
         replicas: list[ledgers.Replica],
         outcome: ClusterOutcome,
+        *,
+        refuse: Mapping[str, str] | None = None,
     ) -> ledgers.Ledger:
         """Binds the cluster's proposals; returns the ledger as committed."""
         name = cluster["metadata"]["name"]
@@ -283,7 +412,9 @@ class Binder:
         for _ in range(MAX_ATTEMPTS):
             pools = ledgers.pools_of(cluster, classes)
             mine = [r for r in replicas if r.cluster == name]
-            decision = ledgers.decide(state, mine, pools, alive={r.uid for r in replicas})
+            decision = ledgers.decide(
+                state, mine, pools, alive={r.uid for r in replicas}, refuse=refuse
+            )
             if decision.changed and not self.write_ledger(decision.ledger, version):
                 outcome.conflicts += 1
                 state, version = self.read_ledger(name)  # first the ledger, then the list

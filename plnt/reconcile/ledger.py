@@ -22,33 +22,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from plnt import binding, capacity, fleet, fleet_view, tenancy
 
-from plnt import binding, capacity, fleet, fleet_view
-
-DATA_KEY = "ledger.json"
+DATA_KEY = binding.LEDGER_DATA_KEY
 
 
-class Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    uid: str
-    digest: str
-    slots: dict[str, list[list[Any]]]
-    sequence: int = 0  # the ledger's sequence when this entry was committed
-
-    def parsed_slots(self) -> dict[str, tuple[capacity.Slot, ...]]:
-        return capacity.slots_from_json(self.slots)
-
-
-class Ledger(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    cluster: str
-    # One more on every write (writes are compare-and-swap, so the sequence is the ledger's
-    # history): a fleet view says which sequence it counted, a binding when it was committed.
-    sequence: int = 0
-    entries: dict[str, Entry] = Field(default_factory=dict)  # by "<namespace>/<name>"
+# The models live in plnt.binding: the ModelReplica function reads the same ledger to verify.
+Entry = binding.Entry
+Ledger = binding.Ledger
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +45,7 @@ class Replica:
     binding_annotation: str  # as it is on the object, to skip rewriting it
     refused_annotation: str
     over_annotation: str
+    devices: Mapping[str, int] = dataclasses.field(default_factory=dict)  # per device class
 
     @property
     def key(self) -> str:
@@ -83,6 +65,7 @@ class Replica:
             binding_annotation=annotations.get(binding.BINDING, ""),
             refused_annotation=annotations.get(binding.REFUSED, ""),
             over_annotation=annotations.get(binding.OVER_COMMITTED, ""),
+            devices=binding.devices_of(obj),
         )
 
 
@@ -103,12 +86,16 @@ def decide(
     pools: Mapping[str, capacity.Pool],
     *,
     alive: set[str],
+    refuse: Mapping[str, str] | None = None,
 ) -> Decision:
     """The next ledger for this cluster and what to write on its replicas.
 
     `replicas`: those whose spec.clusterName is this cluster; `alive`: the uids of every
-    ModelReplica in the list (read after the ledger); `pools`: this cluster's pools, empty.
+    ModelReplica in the list (read after the ledger); `pools`: this cluster's pools, empty;
+    `refuse`: replicas (by key) tenancy keeps off it and why (the cluster's fence, a quota):
+    never committed, whatever their annotations say (an entry committed before is kept).
     """
+    refuse = refuse or {}
     entries = dict(ledger.entries)
     changed = False
     committing = ledger.sequence + 1  # the sequence of the write, if this decision makes one
@@ -124,17 +111,8 @@ def decide(
             del entries[key]
             changed = True
 
-    # A replica bound with no entry (the ledger was lost, or a restart fell between steps) is
-    # adopted as it is bound: it may already run.
-    for r in sorted(replicas, key=lambda r: r.key):
-        if r.key not in entries and r.state.state == binding.BOUND and r.state.slots is not None:
-            entries[r.key] = Entry(
-                uid=r.uid,
-                digest=r.state.digest,
-                slots=capacity.slots_json(r.state.slots),
-                sequence=committing,
-            )
-            changed = True
+    # Nothing is adopted from a replica's own annotations: a binding the ledger does not hold
+    # (forged, copied, or from a lost ledger) is a proposal like any other.
 
     accounts, over, full = _charged(entries, pools)
     # Where the pods of an over-committed replica really run is unknown (the virtual node that
@@ -147,6 +125,9 @@ def decide(
     for r in sorted(replicas, key=lambda r: (r.created, r.key)):
         if r.key in entries:
             continue
+        if r.key in refuse:
+            refused[r.key] = refuse[r.key]
+            continue
         # A refused replica is tried again: until its ModelDeployment releases it, it waits.
         why, placed = _pack(accounts, r.state.demand)
         if placed is None:
@@ -157,6 +138,7 @@ def decide(
             digest=r.state.digest,
             slots=capacity.slots_json(placed),
             sequence=committing,
+            devices=dict(r.devices),
         )
         changed = True
 
@@ -167,7 +149,12 @@ def decide(
         if held is not None:
             bound.append(r.key)
             value = binding.binding_json(
-                held.digest, ledger.cluster, held.parsed_slots(), held.sequence
+                held.digest,
+                ledger.cluster,
+                held.parsed_slots(),
+                held.sequence,
+                replica=r.key,
+                uid=held.uid,
             )
             if r.binding_annotation != value:
                 writes[binding.BINDING] = value
@@ -191,6 +178,113 @@ def decide(
         refused,
         over,
     )
+
+
+@dataclasses.dataclass
+class QuotaDecision:
+    ledger: tenancy.QuotaLedger
+    changed: bool  # the quota ledger must be written (with the read resourceVersion)
+    refused: dict[str, str]  # replicas of covered namespaces it could not reserve, and why
+
+
+def quota_terms(obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """An InferenceQuota's namespace selector and hard devices per device class."""
+    spec = obj.get("spec") or {}
+    hard = ((spec.get("hard") or {}).get("devices")) or {}
+    return dict(spec.get("namespaceSelector") or {}), {str(k): int(v) for k, v in hard.items()}
+
+
+def decide_quota(
+    state: tenancy.QuotaLedger,
+    quota: Mapping[str, Any],
+    replicas: Sequence[Replica],
+    namespaces: Mapping[str, Mapping[str, str]],
+    *,
+    eligible: set[str],
+) -> QuotaDecision:
+    """The next quota ledger: reservations of replicas gone, re-created or changed are dropped;
+    then the `eligible` replicas (by key: their cluster exists and admits them) of the covered
+    namespaces are reserved oldest first while they fit `hard`. One object decides, so what it
+    reserves never sums past `hard` whatever runs concurrently."""
+    selector, hard = quota_terms(quota)
+    every = set(namespaces) | {r.namespace for r in replicas}
+    covered = sorted(
+        n
+        for n in every
+        if tenancy.admits(
+            selector,
+            tenancy.namespace_labels({"metadata": {"labels": dict(namespaces.get(n) or {})}}, n),
+        )
+    )
+    by_key = {r.key: r for r in replicas}
+    entries = {
+        k: e
+        for k, e in state.entries.items()
+        if (r := by_key.get(k)) is not None
+        and r.uid == e.uid
+        and r.state.digest == e.digest
+        and r.namespace in covered
+    }
+    changed = entries != state.entries or covered != state.namespaces or hard != state.hard
+    draft = tenancy.QuotaLedger(
+        quota=state.quota,
+        sequence=state.sequence,
+        namespaces=covered,
+        hard=hard,
+        entries=entries,
+    )
+    refused: dict[str, str] = {}
+    for r in sorted(replicas, key=lambda r: (r.created, r.key)):
+        if r.namespace not in covered or r.key in draft.entries or r.key not in eligible:
+            continue
+        why = tenancy.exceeds(draft, r.devices, r.namespace)
+        if why:
+            refused[r.key] = why
+            continue
+        draft.entries[r.key] = tenancy.Reservation(
+            uid=r.uid, digest=r.state.digest, devices=dict(r.devices)
+        )
+        changed = True
+    if changed:
+        draft.sequence = state.sequence + 1
+    return QuotaDecision(draft, changed, refused)
+
+
+def tenancy_refusals(
+    replicas: Sequence[Replica],
+    clusters: Mapping[str, Mapping[str, Any]],
+    namespaces: Mapping[str, Mapping[str, str]],
+) -> dict[str, str]:
+    """Replicas their cluster's fence (spec.namespaceSelector) keeps off it, and why."""
+    out = {}
+    for r in replicas:
+        obj = clusters.get(r.cluster)
+        if obj is None:
+            continue
+        fence = (obj.get("spec") or {}).get("namespaceSelector")
+        labels = tenancy.namespace_labels(
+            {"metadata": {"labels": dict(namespaces.get(r.namespace) or {})}}, r.namespace
+        )
+        if not tenancy.admits(fence, labels):
+            out[r.key] = tenancy.fence_message(r.cluster, r.namespace)
+    return out
+
+
+def quota_refusals(replicas: Sequence[Replica], decided: Sequence[QuotaDecision]) -> dict[str, str]:
+    """Replicas a quota covering their namespace has not reserved, and why."""
+    out: dict[str, str] = {}
+    for r in replicas:
+        for d in decided:
+            if r.namespace not in d.ledger.namespaces:
+                continue
+            held = d.ledger.entries.get(r.key)
+            if held is None or held.uid != r.uid or held.digest != r.state.digest:
+                out.setdefault(
+                    r.key,
+                    d.refused.get(r.key)
+                    or f"awaiting its reservation in InferenceQuota {d.ledger.quota}",
+                )
+    return out
 
 
 def pools_of(
@@ -263,9 +357,11 @@ def bind_all(
         by_cluster.setdefault(r.cluster, []).append(r)
     for name in sorted(clusters):
         decision = decide(
-            Ledger(cluster=name), by_cluster.get(name, []), pools_of(clusters[name], classes),
+            Ledger(cluster=name),
+            by_cluster.get(name, []),
+            pools_of(clusters[name], classes),
             alive=alive,
-        )  # fmt: skip
+        )
         committed[name] = decision.ledger
         writes.update(decision.annotate)
     out = []
@@ -289,17 +385,44 @@ def write_annotations(obj: dict[str, Any], writes: Mapping[str, str | None]) -> 
             annotations[key] = value
 
 
-def preview(
-    replicas: list[dict[str, Any]], required: list[dict[str, Any]]
-) -> dict[str, dict[str, str | None]]:
-    """What a binder would write on `replicas` (new ones, as `plnt render` shows them), given
-    the scenario's InferenceClusters, InferenceClasses and other ModelReplicas (counted as
-    holding what they ask, first). Keyed like `Decision.annotate`."""
+@dataclasses.dataclass
+class Preview:
+    annotate: dict[str, dict[str, str | None]]  # keyed like `Decision.annotate`
+    configmaps: list[dict[str, Any]]  # the cluster and quota ledgers as the binder would write
+
+
+def preview(replicas: list[dict[str, Any]], required: list[dict[str, Any]]) -> Preview:
+    """What a binder would write for `replicas` (new ones, as `plnt render` shows them), given
+    the scenario's InferenceClusters, InferenceClasses, Namespaces, InferenceQuotas and other
+    ModelReplicas (counted as holding what they ask, first): their annotations and the ledgers
+    that commit them, which the ModelReplica function requires to render."""
     clusters = {o["metadata"]["name"]: o for o in required if o.get("kind") == "InferenceCluster"}
     classes = {o["metadata"]["name"]: o for o in required if o.get("kind") == "InferenceClass"}
+    namespaces = {
+        o["metadata"]["name"]: (o["metadata"].get("labels") or {})
+        for o in required
+        if o.get("kind") == "Namespace"
+    }
+    quotas = [o for o in required if o.get("kind") == "InferenceQuota"]
     others = [Replica.of(o) for o in required if o.get("kind") == "ModelReplica"]
     mine = [Replica.of(o) for o in replicas]
+    fenced = tenancy_refusals(mine, clusters, namespaces)
+    eligible = {r.key for r in [*others, *mine] if r.cluster in clusters} - set(fenced)
+    ordered = [*others, *(dataclasses.replace(r, created="~" + r.created) for r in mine)]
+    decided = [
+        decide_quota(
+            tenancy.QuotaLedger(quota=q["metadata"]["name"]),
+            q,
+            ordered,
+            namespaces,
+            eligible=eligible,
+        )
+        for q in sorted(quotas, key=lambda q: q["metadata"]["name"])
+    ]
+    refuse = {**quota_refusals(mine, decided), **fenced}
     out: dict[str, dict[str, str | None]] = {}
+    configmaps = [tenancy.quota_ledger_configmap(d.ledger, binding.LEDGER_NAMESPACE)
+                  for d in decided]  # fmt: skip
     for name in sorted({r.cluster for r in mine} & set(clusters)):
         pools = pools_of(clusters[name], classes)
         for r in sorted(others, key=lambda r: (r.state.slots is None, r.key)):
@@ -312,9 +435,12 @@ def preview(
                     else:
                         pools[pool].pack_what_fits(pods)
         here = [r for r in mine if r.cluster == name]
-        decision = decide(Ledger(cluster=name), here, pools, alive={r.uid for r in here})
+        decision = decide(
+            Ledger(cluster=name), here, pools, alive={r.uid for r in here}, refuse=refuse
+        )
         out.update(decision.annotate)
-    return out
+        configmaps.append(binding.ledger_configmap(decision.ledger))
+    return Preview(out, configmaps)
 
 
 def _pack(

@@ -32,7 +32,7 @@ from functions.canary_gate import canary, fn, inflight
 from plnt import binding, contracts, xp
 from plnt.gate.fake_server import Behaviour, FakeServer
 from plnt_host import procs, render, runtime
-from tests.support import has_fatal, serve_in_thread
+from tests.support import binder_annotation, has_fatal, serve_in_thread
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BASE_XR = yaml.safe_load((REPO / "examples" / "deploy-qwen3-8b" / "xr.yaml").read_text())
@@ -614,7 +614,7 @@ def as_observed(rendered: render.Rendered) -> list[dict[str, Any]]:
     for obj in copy.deepcopy(rendered.composed):
         obj["metadata"].pop("ownerReferences", None)
         if obj["kind"] == "ModelReplica":
-            obj["metadata"].setdefault("annotations", {})[binding.BINDING] = binding.preview(obj)
+            obj["metadata"].setdefault("annotations", {})[binding.BINDING] = binder_annotation(obj)
         obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
         out.append(obj)
     return out

@@ -15,6 +15,7 @@ from functions.model_deployment import fn
 from plnt import binding
 from plnt.revision import revision
 from plnt_host import render
+from tests.support import binder_annotation
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -390,7 +391,7 @@ def test_new_replicas_are_proposals_until_the_binder_commits_them() -> None:
     assert condition(out, "Ready")["status"] == "False"
 
     first = of_kind(out, "ModelReplica")
-    answers = {n: {binding.BINDING: binding.preview(o)} for n, o in first.items()}
+    answers = {n: {binding.BINDING: binder_annotation(o)} for n, o in first.items()}
     second = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
     cond = condition(second, "ReplicasBound")
     assert (cond["status"], cond["reason"], cond["message"]) == (
@@ -404,7 +405,7 @@ def test_a_refused_replica_is_released_placed_again_and_the_refusal_stays_loud()
     out = render.render(scenario("deploy-qwen3-8b"))
     replicas = of_kind(out, "ModelReplica")
     lost = next(n for n, o in replicas.items() if o["spec"]["clusterName"] == "lab-l4")
-    answers = {n: {binding.BINDING: binding.preview(o)} for n, o in replicas.items() if n != lost}
+    answers = {n: {binding.BINDING: binder_annotation(o)} for n, o in replicas.items() if n != lost}
     state = binding.state_of(replicas[lost])
     answers[lost] = {
         binding.REFUSED: binding.refusal_json(state.digest, "pool l4: not enough free gpu")
@@ -425,7 +426,7 @@ def test_a_refused_replica_is_released_placed_again_and_the_refusal_stays_loud()
 def test_an_over_committed_replica_is_reported_on_its_deployment() -> None:
     out = render.render(scenario("deploy-qwen3-8b"))
     replicas = of_kind(out, "ModelReplica")
-    answers = {n: {binding.BINDING: binding.preview(o)} for n, o in replicas.items()}
+    answers = {n: {binding.BINDING: binder_annotation(o)} for n, o in replicas.items()}
     victim = sorted(replicas)[0]
     answers[victim][binding.OVER_COMMITTED] = "pool h100: 1 of its 1 pods no longer fit"
     again = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))

@@ -8,6 +8,7 @@ test_model_replica_validation.py.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pathlib
 from typing import Any
 
@@ -16,7 +17,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, serving
-from plnt import binding, labels, xp
+from plnt import binding, capacity, labels, tenancy, xp
 from plnt_host import render
 from tests.support import call_function
 
@@ -30,13 +31,37 @@ READY = render.load_scenario(EXAMPLES / "model-replica-ready")
 INVALID = sorted((REPO / "tests" / "invalid" / "modelreplicas").glob("*.yaml"))
 
 
+def without_ledgers(required: list[dict]) -> list[dict]:
+    return [
+        o
+        for o in required
+        if not {binding.LEDGER_LABEL, tenancy.QUOTA_LEDGER_LABEL}
+        & set((o.get("metadata") or {}).get("labels") or {})
+    ]
+
+
+def committed(xr: dict) -> dict:
+    """The ledger of xr's cluster with an entry for exactly xr (whole nodes from node 0)."""
+    state = binding.state_of(xr)
+    slots = {}
+    for pool, pods in state.demand.items():
+        account = capacity.Pool(sum(p.count for p in pods), capacity.Shape(()))
+        slots[pool] = tuple(account.pack(pods) or ())
+    meta = xr["metadata"]
+    entry = binding.Entry(
+        uid=meta.get("uid", ""), digest=state.digest, slots=capacity.slots_json(slots)
+    )
+    cluster = xr["spec"]["clusterName"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    return binding.ledger_configmap(binding.Ledger(cluster=cluster, entries={key: entry}))
+
+
 def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
     """Calls the function until its requirements are stable, answering them from `required`.
-    A bound example stays bound after a test changes its spec (as the binder would re-bind)."""
-    annotations = xr.get("metadata", {}).get("annotations") or {}
-    if binding.BINDING in annotations:
-        xr = copy.deepcopy(xr)
-        xr["metadata"]["annotations"][binding.BINDING] = binding.preview(xr)
+    The replica is bound, and stays bound after a test changes its spec: its ledger is one the
+    binder would commit it with, as it would re-bind it (on pools as large as it needs: these
+    tests are about what renders, tests/reconcile about what fits)."""
+    required = [*without_ledgers(list(required)), committed(xr)]
     return call_function(fn.run_function, xr, required, observed, "function-model-replica")
 
 
@@ -524,7 +549,7 @@ def test_workloads_wait_for_the_model_cache(required: list[dict], wants: str) ->
     ],
 )
 def test_unreachable_cluster_composes_nothing(required: list[dict], wants: str) -> None:
-    rsp = run(QWEN.xr, required)
+    rsp = run(QWEN.xr, [*required, committed(QWEN.xr)])
     assert fatal(rsp) == ""
     assert not rsp.desired.resources
     cond = condition(rsp, "WorkloadsReady")
@@ -631,41 +656,174 @@ def test_invalid_cases_cover_every_cel_rule_of_the_xrd() -> None:
 # --- issue 15: only bound replicas render -----------------------------------------------------
 
 
-def _unbound(xr: dict) -> dict:
+def _call(xr: dict, required: list[dict]) -> fnv1.RunFunctionResponse:
+    return call_function(fn.run_function, xr, required, (), "function-model-replica")
+
+
+UNBOUND = without_ledgers(QWEN.required)  # the fleet with no ledger: nothing committed
+
+
+def _annotated(xr: dict, value: str) -> dict:
     out = copy.deepcopy(xr)
-    out["metadata"]["annotations"].pop(binding.BINDING)
+    out["metadata"].setdefault("annotations", {})[binding.BINDING] = value
     return out
 
 
-def test_an_unbound_replica_composes_nothing_and_says_it_awaits_the_binder() -> None:
-    rsp = call_function(
-        fn.run_function, _unbound(QWEN.xr), QWEN.required, (), "function-model-replica"
+def _binder_annotation(xr: dict) -> str:
+    """The binding annotation the binder writes on `xr` (its preview of committing it)."""
+    from plnt.reconcile import ledger
+
+    return (
+        ledger.preview([copy.deepcopy(xr)], UNBOUND).annotate[
+            f"{xr['metadata']['namespace']}/{xr['metadata']['name']}"
+        ][binding.BINDING]
+        or ""
     )
+
+
+def test_an_unbound_replica_composes_nothing_and_says_it_awaits_the_binder() -> None:
+    rsp = _call(QWEN.xr, UNBOUND)
     assert composed(rsp) == {}
     bound = condition(rsp, "Bound")
     assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
     assert "awaiting the binder" in bound.message
     assert condition(rsp, "WorkloadsReady").reason == "AwaitingBinding"
+    assert not [r for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+
+
+def test_the_ledger_binds_without_any_annotation() -> None:
+    assert binding.BINDING not in (QWEN.xr["metadata"].get("annotations") or {})
+    rsp = _call(QWEN.xr, QWEN.required)
+    assert condition(rsp, "Bound").reason == "Bound"
+    assert "workload-qwen3-8b" in composed(rsp)
 
 
 def test_a_refused_replica_composes_nothing_and_says_why() -> None:
-    xr = _unbound(QWEN.xr)
+    xr = copy.deepcopy(QWEN.xr)
     state = binding.state_of(xr)
-    xr["metadata"]["annotations"][binding.REFUSED] = binding.refusal_json(
+    xr["metadata"].setdefault("annotations", {})[binding.REFUSED] = binding.refusal_json(
         state.digest, "pool gpu-l4: not enough free gpu"
     )
-    rsp = call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
+    rsp = _call(xr, UNBOUND)
     assert composed(rsp) == {}
     bound = condition(rsp, "Bound")
     assert bound.reason == "BindingRefused"
     assert bound.message == "the binder refused it: pool gpu-l4: not enough free gpu"
 
 
+def _warnings(rsp: fnv1.RunFunctionResponse) -> list[str]:
+    return [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+
+
+@dataclasses.dataclass(frozen=True)
+class Unbacked:
+    name: str
+    xr: dict
+    required: list[dict]
+    reason: str
+    says: str
+
+
+def _renamed(xr: dict, namespace: str, name: str) -> dict:
+    out = copy.deepcopy(xr)
+    out["metadata"].update(namespace=namespace, name=name)
+    return out
+
+
+def _uid(xr: dict, uid: str) -> dict:
+    out = copy.deepcopy(xr)
+    out["metadata"]["uid"] = uid
+    return out
+
+
+def _more_gpus(xr: dict) -> dict:
+    out = copy.deepcopy(xr)
+    out["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
+    return out
+
+
+_SIGNED = _binder_annotation(QWEN.xr)  # what the binder wrote for ml-team/qwen3-8b-eks-l4-0
+_OTHER = _renamed(QWEN.xr, "tenant-b", "mine")
+
+UNBACKED = [
+    # A tenant computes the digest with plnt.binding's public code and writes the binding:
+    Unbacked(
+        "forged by its author",
+        _annotated(
+            _OTHER,
+            binding.binding_json(
+                binding.state_of(_OTHER).digest, "eks-l4", {}, replica="tenant-b/mine"
+            ),
+        ),
+        UNBOUND,
+        "BindingForged",
+        "no entry for tenant-b/mine",
+    ),
+    Unbacked("not JSON", _annotated(QWEN.xr, "yes"), UNBOUND, "BindingForged", "not one"),
+    # The binder's annotation copied onto a replica in another namespace (the ledger commits
+    # only the original, and the copy's own ledger entry is absent):
+    Unbacked(
+        "copied to another namespace",
+        _annotated(_OTHER, _SIGNED),
+        QWEN.required,
+        "BindingReplayed",
+        "written for ml-team/qwen3-8b-eks-l4-0, not tenant-b/mine",
+    ),
+    # A replica deleted and re-created under the same name, its old annotation re-applied:
+    Unbacked(
+        "re-created with the old annotation",
+        _uid(_annotated(QWEN.xr, _SIGNED), "u-new"),
+        QWEN.required,
+        "BindingReplayed",
+        "an earlier replica of that name",
+    ),
+    # Edited after the commit: the ledger holds the earlier digest.
+    Unbacked(
+        "spec changed after the commit",
+        _more_gpus(_annotated(QWEN.xr, _SIGNED)),
+        QWEN.required,
+        "BindingStale",
+        "changed after the commit",
+    ),
+    # Released by the binder (no entry any more), the old annotation left or written back:
+    Unbacked(
+        "released, annotation kept",
+        _annotated(QWEN.xr, _SIGNED),
+        UNBOUND,
+        "BindingForged",
+        "no entry for ml-team/qwen3-8b-eks-l4-0",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", UNBACKED, ids=[c.name for c in UNBACKED])
+def test_a_binding_the_ledger_does_not_back_renders_nothing_and_warns(case: Unbacked) -> None:
+    rsp = _call(case.xr, case.required)
+    assert composed(rsp) == {}
+    bound = condition(rsp, "Bound")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, case.reason)
+    assert case.says in bound.message
+    assert condition(rsp, "WorkloadsReady").reason == case.reason
+    warnings = _warnings(rsp)
+    assert len(warnings) == 1 and case.reason in warnings[0] and case.says in warnings[0]
+
+
+def test_a_ledger_outside_the_binders_namespace_binds_nothing() -> None:
+    # A tenant's own ConfigMap of that name, in its namespace: not the binder's ledger.
+    moved = copy.deepcopy(QWEN.required)
+    for o in moved:
+        if o.get("kind") == "ConfigMap":
+            o["metadata"]["namespace"] = "ml-team"
+    assert binding.ledger_of(moved, "eks-l4") is None
+    rsp = _call(_annotated(QWEN.xr, _SIGNED), moved)
+    assert composed(rsp) == {}
+    assert condition(rsp, "Bound").reason == "BindingForged"
+
+
 def test_a_binding_for_another_spec_does_not_count() -> None:
     # The binder committed one GPU; the spec now asks for two: not bound until re-committed.
-    xr = copy.deepcopy(QWEN.xr)
-    xr["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
-    rsp = call_function(fn.run_function, xr, QWEN.required, (), "function-model-replica")
+    xr = _more_gpus(QWEN.xr)
+    rsp = _call(xr, QWEN.required)
     assert composed(rsp) == {}
     assert condition(rsp, "Bound").reason == "AwaitingBinding"
 

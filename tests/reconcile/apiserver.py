@@ -29,6 +29,7 @@ KUBE_VERSION = os.environ.get("PLNT_KUBE_VERSION", "v1.37.2")
 KUBE_APISERVER = TOOLS / "kube-apiserver"
 CRD = pathlib.Path(__file__).resolve().parent / "modeldeployment-crd.yaml"
 RBAC = REPO / "package" / "reconciler" / "rbac.yaml"
+TENANCY_RBAC = REPO / "package" / "rbac" / "binder-tenancy.yaml"  # the binder's tenancy reads
 ADMIN_TOKEN = "plnt-test-admin"  # loopback-only test credentials for a throwaway server
 RECONCILER_TOKEN = "plnt-test-reconciler"
 RECONCILER_USER = "system:serviceaccount:plnt-system:plnt-reconciler"
@@ -224,8 +225,9 @@ class APIServer:
         for doc in yaml.safe_load_all(CRD.read_text()):
             self.create(doc)
         self.wait_established("modeldeployments.modelplane.ai")
-        for doc in yaml.safe_load_all(RBAC.read_text()):
-            self.create(doc)
+        for path in (RBAC, TENANCY_RBAC):
+            for doc in yaml.safe_load_all(path.read_text()):
+                self.create(doc)
 
     def _start(self, name: str, argv: list[str]) -> None:
         log = (self.dir / f"{name}.log").open("wb")

@@ -21,6 +21,7 @@ GV = "modelplane.ai/v1alpha1"
 
 
 def crd(kind: str, plural: str, scope: str) -> dict:
+    status = {"subresources": {"status": {}}} if kind == "InferenceQuota" else {}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -34,6 +35,7 @@ def crd(kind: str, plural: str, scope: str) -> dict:
                     "name": "v1alpha1",
                     "served": True,
                     "storage": True,
+                    **status,
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
@@ -52,6 +54,7 @@ def fleet_crds(kube_apiserver):
         ("InferenceCluster", "inferenceclusters", "Cluster"),
         ("InferenceClass", "inferenceclasses", "Cluster"),
         ("ModelReplica", "modelreplicas", "Namespaced"),
+        ("InferenceQuota", "inferencequotas", "Cluster"),
     ):
         r = kube_apiserver.admin.post(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd(kind, plural, scope)

@@ -107,13 +107,38 @@ def test_a_changed_demand_is_committed_again_not_kept() -> None:
     assert d.ledger.entries["ns/a0"].digest == binding.state_of(bigger).digest
 
 
-def test_a_bound_replica_missing_from_the_ledger_is_adopted() -> None:
+def test_a_binding_annotation_without_a_ledger_entry_is_never_adopted() -> None:
+    # Forged by its author (or left from a lost ledger): a proposal like any other, committed
+    # only if it fits after those older than it; its own slots are never taken as given.
+    eights = {"h": (capacity.Pods(1, (("device:gpu", 5),)),)}
+    early = replica("early", eights, created="t0")
+    forged = replica("forged", eights, created="t1")
+    claimed = binding.binding_json(
+        binding.state_of(forged).digest, "a", {"h": (capacity.Slot(0, (("device:gpu", 5),)),)}
+    )
+    forged["metadata"]["annotations"][binding.BINDING] = claimed
+    assert binding.state_of(forged).state == binding.BOUND  # what the annotation claims
+    d = decide(ledger.Ledger(cluster="a"), [forged, early])
+    assert sorted(d.ledger.entries) == ["ns/early"]
+    assert "ns/forged" in d.refused
+    assert binding.verify(forged, d.ledger).state == binding.UNBACKED
+
+
+def test_tenancy_refusals_are_never_committed() -> None:
     objs = [replica("a0")]
-    first = decide(ledger.Ledger(cluster="a"), objs)
-    bound = apply(objs[0], first.annotate["ns/a0"])
-    d = decide(ledger.Ledger(cluster="a"), [bound, replica("b0", created="t0")])
-    assert d.ledger.entries["ns/a0"] == first.ledger.entries["ns/a0"]
-    assert "ns/b0" in d.ledger.entries
+    d = ledger.decide(
+        ledger.Ledger(cluster="a"), views(*objs), {"h": capacity.Pool(1, GPUS_8)},
+        alive={"uid-a0"}, refuse={"ns/a0": "cluster a does not admit namespace ns"},
+    )  # fmt: skip
+    assert d.ledger.entries == {}
+    assert d.refused == {"ns/a0": "cluster a does not admit namespace ns"}
+    assert binding.REFUSED in d.annotate["ns/a0"]
+
+
+def test_the_binders_annotation_names_the_replica_it_was_written_for() -> None:
+    d = decide(ledger.Ledger(cluster="a"), [replica("a0")])
+    record = binding.BindingRecord.model_validate_json(d.annotate["ns/a0"][binding.BINDING])
+    assert (record.replica, record.uid) == ("ns/a0", "uid-a0")
 
 
 def test_a_shrunk_pool_reports_the_replicas_that_no_longer_fit() -> None:

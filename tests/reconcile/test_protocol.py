@@ -14,24 +14,29 @@ refuses it):
   read, annotate each replica (one call each, with the uid precondition);
 - a restart throws a binder's or a proposer's memory away between any two steps.
 
-After every step, the replicas that are *bound* (`plnt.binding.state_of`, what the
-ModelReplica function renders on) must fit their pool: counted independently (devices and
-whole nodes per pool) and packed slot by slot. The search is exhaustive (depth first over
+After every step, the replicas that are *bound* (`plnt.binding.verify` on the ledgers as the API
+server holds them, what the ModelReplica function renders on) must fit their pool: counted
+independently (devices and whole nodes per pool) and packed slot by slot; with an InferenceQuota,
+the bound replicas of the namespaces it covers hold no more GPUs than its hard limit; with a
+fenced cluster, no replica of a namespace it does not admit is bound on it. Each deployment has
+a namespace of its own name (labelled team=<name>). The search is exhaustive (depth first over
 distinct states) for the small cases.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from functions.model_deployment import replicas as rep
 from functions.model_deployment import scheduler
-from plnt import binding, capacity
+from plnt import binding, capacity, tenancy
 from plnt.fleet import cluster_of
 from plnt.reconcile import ledger
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
@@ -49,6 +54,32 @@ class Case:
     restarts: int = 1  # restarts allowed in a run (binder or proposer)
     gang: bool = False  # the first deployment is a Leader/Worker gang (whole nodes)
     clusters: int = 1  # x0, x1, ...: each with the pool `h`; a replica refused on one moves
+    quota: tuple[tuple[str, ...], int] | None = None  # (namespaces it covers, hard GPUs)
+    fence: tuple[str, ...] | None = None  # the namespaces x0 admits (None: every one)
+
+
+QUOTA = "q"
+
+
+def namespaces(case: Case) -> dict[str, dict[str, str]]:
+    return {name: {"team": name} for name, _, _ in case.deployments}
+
+
+def quotas(case: Case) -> list[dict]:
+    if case.quota is None:
+        return []
+    covered, hard = case.quota
+    return [
+        {
+            "metadata": {"name": QUOTA},
+            "spec": {
+                "namespaceSelector": {
+                    "matchExpressions": [{"key": "team", "operator": "In", "values": list(covered)}]
+                },
+                "hard": {"devices": {"gpu.nvidia.com": hard}},
+            },
+        }
+    ]
 
 
 # --- the modelled API server --------------------------------------------------------------------
@@ -105,7 +136,12 @@ def api_write_ledger(api: dict, cluster: str, read_version: int | None, body: st
 
 
 def fleet(case: Case) -> list[dict]:
-    return [cluster(f"x{i}", [("h", "h100", case.nodes)]) for i in range(case.clusters)]
+    out = [cluster(f"x{i}", [("h", "h100", case.nodes)]) for i in range(case.clusters)]
+    if case.fence is not None:
+        out[0].setdefault("spec", {})["namespaceSelector"] = {
+            "matchExpressions": [{"key": "team", "operator": "In", "values": list(case.fence)}]
+        }
+    return out
 
 
 def spec_of(case: Case, index: int) -> dict:
@@ -158,9 +194,24 @@ def propose(case: Case, index: int, snapshot: list[dict]) -> list[tuple[str, Any
     return calls
 
 
-def binder_decide(case: Case, reads: dict, listed: list[dict]) -> dict[str, ledger.Decision]:
+def binder_decide(
+    case: Case, reads: dict, listed: list[dict]
+) -> tuple[dict[str, ledger.QuotaDecision], dict[str, ledger.Decision]]:
+    """The binder's pass as plnt.reconcile.binder makes it: quotas first, then clusters."""
     views = [ledger.Replica.of(o) for o in listed]
     classes = {c["metadata"]["name"]: c for c in CLASSES}
+    clusters = {c["metadata"]["name"]: c for c in fleet(case)}
+    fenced = ledger.tenancy_refusals(views, clusters, namespaces(case))
+    eligible = {v.key for v in views if v.cluster in clusters} - set(fenced)
+    decided = {}
+    for q in quotas(case):
+        body = reads[f"quota:{QUOTA}"][1]
+        held = (
+            tenancy.QuotaLedger.model_validate_json(body) if body
+            else tenancy.QuotaLedger(quota=QUOTA)
+        )  # fmt: skip
+        decided[QUOTA] = ledger.decide_quota(held, q, views, namespaces(case), eligible=eligible)
+    refuse = {**ledger.quota_refusals(views, list(decided.values())), **fenced}
     out = {}
     for c in fleet(case):
         name = c["metadata"]["name"]
@@ -171,8 +222,9 @@ def binder_decide(case: Case, reads: dict, listed: list[dict]) -> dict[str, ledg
             [v for v in views if v.cluster == name],
             ledger.pools_of(c, classes),
             alive={v.uid for v in views},
+            refuse=refuse,
         )
-    return out
+    return decided, out
 
 
 # Actor state (immutable, hashable through its JSON): kind, pc, data, runs done.
@@ -223,17 +275,21 @@ def step(case: Case, state: dict, n: int, what: str) -> dict:
     # binder
     if a["pc"] == "read":  # every ledger (one list call), before the replicas
         a["read"] = {
-            c["metadata"]["name"]: list(api["ledgers"].get(c["metadata"]["name"]) or [None, ""])
-            for c in fleet(case)
+            name: list(api["ledgers"].get(name) or [None, ""]) for name in ledger_names(case)
         }
         a["pc"] = "list"
     elif a["pc"] == "list":
         listed = api_list(api)
-        decisions = binder_decide(case, a["read"], listed)
+        reserved, decisions = binder_decide(case, a["read"], listed)
         uids = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["metadata"]["uid"]
                 for o in listed}  # fmt: skip
         a["decision"] = {
             "writes": [
+                [f"quota:{name}", d.ledger.model_dump_json()]
+                for name, d in sorted(reserved.items())
+                if d.changed
+            ]
+            + [
                 [name, d.ledger.model_dump_json()]
                 for name, d in sorted(decisions.items())
                 if d.changed
@@ -262,20 +318,51 @@ def step(case: Case, state: dict, n: int, what: str) -> dict:
     return state
 
 
+def ledger_names(case: Case) -> list[str]:
+    return [c["metadata"]["name"] for c in fleet(case)] + [f"quota:{QUOTA}" for _ in quotas(case)]
+
+
 # --- the invariant ----------------------------------------------------------------------------
 
 
+def rendered(api: dict, obj: dict) -> binding.State:
+    """What the ModelReplica function decides for `obj` on the ledgers the API server holds."""
+    held = api["ledgers"].get(obj["spec"]["clusterName"])
+    cluster_ledger = ledger.Ledger.model_validate_json(held[1]) if held else None
+    quota_held = api["ledgers"].get(f"quota:{QUOTA}")
+    quota_ledgers = [tenancy.QuotaLedger.model_validate_json(quota_held[1])] if quota_held else []
+    return binding.verify(obj, cluster_ledger, quota_ledgers)
+
+
 def check(case: Case, state: dict) -> list[str]:
-    """Bound replicas fit their cluster's pool: independent counts, then slot by slot."""
+    """Bound replicas fit their cluster's pool: independent counts, then slot by slot; they
+    hold no more than the quota covering their namespaces; none is outside a fence."""
     problems = []
+    api = state["api"]
+    states = {k: rendered(api, o) for k, o in api["replicas"].items()}
+    if case.quota is not None:
+        covered, hard = case.quota
+        held = sum(
+            binding.devices_of(o).get("gpu.nvidia.com", 0)
+            for k, o in api["replicas"].items()
+            if o["metadata"]["namespace"] in covered and states[k].state == binding.BOUND
+        )
+        if held > hard:
+            problems.append(f"quota: {held} GPUs bound in {covered} on a hard limit of {hard}")
+    if case.fence is not None:
+        problems += [
+            f"x0: {k} bound outside its fence"
+            for k, o in api["replicas"].items()
+            if o["spec"]["clusterName"] == "x0"
+            and o["metadata"]["namespace"] not in case.fence
+            and states[k].state == binding.BOUND
+        ]
     for c in fleet(case):
         name = c["metadata"]["name"]
         bound = [
-            s
-            for obj in state["api"]["replicas"].values()
-            if obj["spec"]["clusterName"] == name
-            for s in [binding.state_of(obj)]
-            if s.state == binding.BOUND
+            states[k]
+            for k, obj in api["replicas"].items()
+            if obj["spec"]["clusterName"] == name and states[k].state == binding.BOUND
         ]
         pods = [p for s in bound for ps in s.demand.values() for p in ps]
         gpus = sum(p.count * (8 if p.whole else dict(p.demand).get("device:gpu", 0)) for p in pods)
@@ -309,8 +396,9 @@ def explore(case: Case, limit: int = 400_000) -> tuple[int, int, int]:
         bound_gpus = sum(
             dict(p.demand).get("device:gpu", 0) * p.count
             for o in state["api"]["replicas"].values()
-            if binding.state_of(o).state == binding.BOUND
-            for ps in binding.state_of(o).demand.values()
+            for s in [rendered(state["api"], o)]
+            if s.state == binding.BOUND
+            for ps in s.demand.values()
             for p in ps
         )
         most = max(most, bound_gpus)
@@ -345,6 +433,28 @@ CASES = {
         nodes=1, deployments=(("a", 6, 1), ("b", 6, 1)), clusters=2, binder_passes=2,
         proposer_runs=2, restarts=0,
     ),
+    # Tenancy. One quota of 4 GPUs over two namespaces, room for both 3-GPU replicas on the
+    # pool: whichever binder or reconcile goes first, only one is ever bound.
+    "two namespaces share a quota": Case(
+        nodes=1, deployments=(("a", 3, 1), ("b", 3, 1)), quota=(("a", "b"), 4), proposer_runs=1,
+    ),
+    # The same with two binders at once on two clusters: each binder could commit one replica on
+    # a cluster of its own; the one quota ledger lets only one reserve.
+    "two binders, two clusters, one quota": Case(
+        nodes=1, deployments=(("a", 3, 1), ("b", 3, 1)), quota=(("a", "b"), 4), binders=2,
+        binder_passes=1, proposer_runs=1, clusters=2, restarts=0,
+    ),
+    # A namespace's own quota (2 replicas of 2 GPUs asked, 3 GPUs allowed), three actors racing.
+    "a namespace over its own quota": Case(
+        nodes=1, deployments=(("a", 2, 2), ("b", 2, 1)), quota=(("a",), 3), proposer_runs=1,
+        binders=2, binder_passes=1, restarts=0,
+    ),
+    # x0 admits only namespace a; b's replica, placed on x0 first by its reconcile, is refused
+    # there and ends on x1 (or nowhere), never bound on x0.
+    "a fenced cluster": Case(
+        nodes=1, deployments=(("a", 3, 1), ("b", 3, 1)), clusters=2, fence=("a",),
+        proposer_runs=2, restarts=0,
+    ),
 }  # fmt: skip
 
 
@@ -366,19 +476,81 @@ def test_the_invariant_catches_the_defect_of_issue_15() -> None:
     in some interleaving the search finds: the invariant is not vacuous."""
     case = Case(nodes=1, deployments=(("a", 6, 1), ("b", 6, 1)), binders=0, proposer_runs=1,
                 restarts=0)  # fmt: skip
-    real = binding.state_of
+    with trusting_every_proposal(), pytest.raises(AssertionError, match="x0: 12 GPUs bound on 8"):
+        explore(case)
 
-    def trusting(obj: dict) -> binding.State:
-        s = real(obj)
-        if s.state == binding.BOUND:
-            return s
-        pool = capacity.Pool(case.nodes, capacity.Shape((("device:gpu", 8),)))
+
+@contextlib.contextmanager
+def trusting_every_proposal() -> Iterator[None]:
+    """The renderer of issue 15: every proposal renders, whatever the ledgers hold."""
+    real = binding.verify
+
+    def trusting(obj: dict, *_: Any) -> binding.State:
+        s = binding.state_of(obj)
+        pool = capacity.Pool(8, capacity.Shape((("device:gpu", 8),)))
         slots = {k: tuple(pool.pack(v) or ()) for k, v in s.demand.items()}
         return dataclasses.replace(s, state=binding.BOUND, slots=slots)
 
-    binding.state_of = trusting
+    binding.verify = trusting
     try:
-        with pytest.raises(AssertionError, match="x0: 12 GPUs bound on 8"):
+        yield
+    finally:
+        binding.verify = real
+
+
+@contextlib.contextmanager
+def ignoring_quota_ledgers() -> Iterator[None]:
+    """A renderer that checks the cluster's ledger only (not the quota ledgers)."""
+    real = binding.verify
+
+    def cluster_only(obj: dict, held: Any, *_: Any) -> binding.State:
+        return real(obj, held)
+
+    binding.verify = cluster_only
+    try:
+        yield
+    finally:
+        binding.verify = real
+
+
+@contextlib.contextmanager
+def binder_ignoring_quotas() -> Iterator[None]:
+    real = ledger.quota_refusals
+    ledger.quota_refusals = lambda *_: {}  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        ledger.quota_refusals = real
+
+
+def test_either_check_alone_holds_the_quota_and_neither_does_not() -> None:
+    """The binder commits only reserved replicas, and the function renders only reserved ones:
+    each alone keeps the quota in every interleaving; with neither, the search finds both
+    replicas bound, 6 GPUs on a limit of 4 (the invariant is not vacuous)."""
+    case = CASES["two namespaces share a quota"]
+    with binder_ignoring_quotas():
+        explore(case)
+    with ignoring_quota_ledgers():
+        explore(case)
+    with (
+        binder_ignoring_quotas(),
+        ignoring_quota_ledgers(),
+        pytest.raises(AssertionError, match="quota: 6 GPUs"),
+    ):
+        explore(case)
+
+
+def test_the_fence_invariant_catches_a_binder_without_fences() -> None:
+    case = CASES["a fenced cluster"]
+    real = ledger.tenancy_refusals
+    ledger.tenancy_refusals = lambda *_: {}  # type: ignore[assignment]
+    try:
+        with pytest.raises(AssertionError, match="bound outside its fence"):
             explore(case)
     finally:
-        binding.state_of = real
+        ledger.tenancy_refusals = real
+
+
+def test_a_fenced_out_deployment_ends_on_the_other_cluster_in_some_interleaving() -> None:
+    _, _, most = explore(CASES["a fenced cluster"])
+    assert most == 6  # both bound: a on x0, b on x1

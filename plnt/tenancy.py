@@ -1,0 +1,155 @@
+"""Who may place what, where and how much: cluster fences and InferenceQuotas, as the scheduler
+(functions/model_deployment), the binder (plnt/reconcile) and the ModelReplica function read them.
+
+- A fence: an InferenceCluster's `spec.namespaceSelector` (a label selector over Namespace
+  labels; absent admits every namespace). `admits` is the one reading of it.
+- A quota: an InferenceQuota (cluster-scoped) caps the devices, per DRA device class, that the
+  namespaces its `namespaceSelector` selects hold together, fleet-wide (`spec.hard.devices`).
+  The binder keeps, per quota, a quota ledger (`plnt-quota-<name>` in plnt-system, written by
+  compare-and-swap like a cluster's ledger): the namespaces it covered when written, its hard
+  limits, and a reservation per replica it admitted (uid, digest, devices). Reservations are
+  decided on that one object, so they never sum past `hard` under any interleaving; a replica in
+  a covered namespace is bound only when its cluster's ledger commits it *and* every quota
+  ledger covering its namespace reserves it (`plnt.binding.verify`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from plnt import names
+
+QUOTA_LEDGER_LABEL = "plnt.work/quota-ledger"
+QUOTA_DATA_KEY = "quota.json"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # every Namespace carries it
+
+
+def admits(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels, matchExpressions) on `labels`; None or absent
+    selects everything, an empty selector too (as Kubernetes reads one)."""
+    if not selector:
+        return True
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for req in selector.get("matchExpressions") or []:
+        key, op = req.get("key", ""), req.get("operator", "")
+        values = req.get("values") or []
+        present = key in labels
+        holds = {
+            "In": present and labels.get(key) in values,
+            "NotIn": not present or labels.get(key) not in values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }.get(op, False)
+        if not holds:
+            return False
+    return True
+
+
+def namespace_labels(namespace: Mapping[str, Any] | None, name: str) -> dict[str, str]:
+    """A Namespace's labels; the name label Kubernetes sets on every one is always there."""
+    labels = dict(((namespace or {}).get("metadata") or {}).get("labels") or {})
+    labels[NAMESPACE_NAME_LABEL] = name
+    return labels
+
+
+def fence_message(cluster: str, namespace: str) -> str:
+    return f"cluster {cluster} does not admit namespace {namespace}"
+
+
+class Reservation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uid: str
+    digest: str
+    devices: dict[str, int]
+
+
+class QuotaLedger(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    quota: str
+    sequence: int = 0
+    namespaces: list[str] = Field(default_factory=list)  # covered when written
+    hard: dict[str, int] = Field(default_factory=dict)  # devices per device class
+    entries: dict[str, Reservation] = Field(default_factory=dict)  # by "<namespace>/<name>"
+
+    def used(self, namespaces: Sequence[str] | None = None) -> dict[str, int]:
+        """Devices reserved per class (of `namespaces` only, when given)."""
+        out: dict[str, int] = {}
+        for key, r in self.entries.items():
+            if namespaces is not None and key.split("/", 1)[0] not in namespaces:
+                continue
+            for cls, n in r.devices.items():
+                out[cls] = out.get(cls, 0) + n
+        return out
+
+
+def quota_ledger_name(quota: str) -> str:
+    return names.dns_subdomain("plnt-quota", quota)
+
+
+def quota_ledger_configmap(state: QuotaLedger, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": quota_ledger_name(state.quota),
+            "namespace": namespace,
+            "labels": {QUOTA_LEDGER_LABEL: "true"},
+        },
+        "data": {QUOTA_DATA_KEY: state.model_dump_json(exclude_defaults=True)},
+    }
+
+
+def quota_ledgers_of(
+    configmaps: Sequence[Mapping[str, Any]], namespace: str
+) -> tuple[list[QuotaLedger], list[str]]:
+    """The quota ledgers among ConfigMaps Crossplane resolved in the binder's `namespace`, and
+    the names of those that do not parse (a reader must not take them for no quota)."""
+    out, bad = [], []
+    for cm in configmaps:
+        meta = cm.get("metadata") or {}
+        if (
+            meta.get("namespace") != namespace
+            or (meta.get("labels") or {}).get(QUOTA_LEDGER_LABEL) != "true"
+        ):
+            continue
+        try:
+            parsed = QuotaLedger.model_validate_json((cm.get("data") or {}).get(QUOTA_DATA_KEY, ""))
+        except (ValidationError, ValueError):
+            bad.append(str(meta.get("name")))
+            continue
+        if meta.get("name") != quota_ledger_name(parsed.quota):
+            bad.append(str(meta.get("name")))
+            continue
+        out.append(parsed)
+    return out, bad
+
+
+def hold_message(namespaces: Sequence[str], used: Mapping[str, int], hard: Mapping[str, int],
+                 cls: str, quota: str) -> str:  # fmt: skip
+    """'namespace ml-team holds 16 of 16 gpu.nvidia.com (InferenceQuota ml-team)'."""
+    who = (
+        f"namespace {namespaces[0]}"
+        if len(namespaces) == 1
+        else f"namespaces {', '.join(namespaces)}"
+    )
+    hold = "holds" if len(namespaces) == 1 else "hold"
+    return f"{who} {hold} {used.get(cls, 0)} of {hard.get(cls, 0)} {cls} (InferenceQuota {quota})"
+
+
+def exceeds(state: QuotaLedger, devices: Mapping[str, int], namespace: str) -> str:
+    """Why reserving `devices` for a replica of `namespace` would exceed the quota, or ''."""
+    used = state.used()
+    for cls in sorted(devices):
+        if cls in state.hard and used.get(cls, 0) + devices[cls] > state.hard[cls]:
+            covered = [n for n in state.namespaces if n == namespace] or [namespace]
+            if len(state.namespaces) > 1:
+                covered = list(state.namespaces)
+            return hold_message(covered, used, state.hard, cls, state.quota)
+    return ""
