@@ -1,5 +1,8 @@
 """InferenceCluster: a cluster of the fleet, its ProviderConfigs and its serving stack.
 
+Also serves InferenceQuota (quota.py), the platform team's other fleet-wide kind: it checks the
+quota and composes nothing (the binder enforces it and writes its status).
+
 Reads: the InferenceCluster (XR); each node pool's InferenceClass (required by name); for
 source Existing, the kubeconfig Secret (required by name and namespace); observed composed
 resources (readiness, the CoreWeaveCluster's published Secret, the Gateway's address).
@@ -37,7 +40,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.inference_cluster import resources, stack
+from functions.inference_cluster import quota, resources, stack
 from plnt import conditions, contracts, xp
 from plnt.models import inference_class, inference_cluster
 from plnt.models.inference_class import InferenceClassSpec
@@ -52,6 +55,8 @@ INSTANCE_TYPE_HELD = "InstanceTypeHeld"  # Provisioned reason: a pool keeps its 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     rsp = xp.respond(req)
     xr = xp.composite(req)
+    if xr.get("kind") == "InferenceQuota":
+        return quota.run(rsp, xr)
     name = (xr.get("metadata") or {}).get("name", "")
     inference_cluster.check_name(name)
     spec = inference_cluster.parse(xr.get("spec"))

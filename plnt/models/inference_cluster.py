@@ -24,6 +24,7 @@ from plnt.models.coreweave_cluster import (
     NodeCount,
 )
 from plnt.models.coreweave_cluster import MAX_POOLS as MAX_COREWEAVE_POOLS
+from plnt.models.model_deployment import ClusterSelector
 
 DEFAULT_NAMESPACE = "plnt-system"
 MAX_POOLS = 32
@@ -79,6 +80,7 @@ class NodePool(_Model):
 class InferenceClusterSpec(_Model):
     cluster: ClusterSource
     node_pools: list[NodePool] = Field(alias="nodePools", min_length=1, max_length=MAX_POOLS)
+    namespace_selector: ClusterSelector | None = Field(default=None, alias="namespaceSelector")
 
 
 def parse(data: object, path: str = "spec") -> InferenceClusterSpec:
