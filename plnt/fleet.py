@@ -27,6 +27,8 @@ class Cluster:
     ready: bool
     pools: tuple[Pool, ...]
     gateway: str = ""  # status.gateway.address as the cluster reports it (checked where used)
+    # spec.namespaceSelector: the namespaces it admits (plnt.tenancy.admits; None: every one)
+    fence: Mapping[str, Any] | None = None
 
 
 def amount(raw: Any, *, milli: bool) -> int:
@@ -73,6 +75,7 @@ def cluster_of(obj: Mapping[str, Any]) -> Cluster:
         ready,
         pools,
         gateway if isinstance(gateway, str) else "",
+        (obj.get("spec") or {}).get("namespaceSelector"),
     )
 
 

@@ -147,8 +147,10 @@ def _encode(view: ClusterView, class_index: Mapping[str, int]) -> list[Any]:
         pools.append(entry)
     encoded = [c.name, int(c.ready), c.gateway, view.ledger, pools]
     own = {k: v for k, v in c.labels.items() if k.startswith(PER_CLUSTER_PREFIXES)}
-    if own:
+    if own or c.fence is not None:
         encoded.append(dict(sorted(own.items())))
+    if c.fence is not None:  # the fence rides after the own labels (a map, maybe empty)
+        encoded.append(dict(c.fence))
     return encoded
 
 
@@ -230,7 +232,7 @@ def decode(text: str) -> list[ClusterView]:
         labels = {str(k): str(v) for k, v in raw["labels"].items()}
         classes = [str(c) for c in raw["classes"]]
         out = []
-        for name, ready, gateway, ledger, pools, *own in raw["clusters"]:
+        for name, ready, gateway, ledger, pools, *rest in raw["clusters"]:
             fleet_pools = []
             used = _Uses()
             for entry in pools:
@@ -244,13 +246,16 @@ def decode(text: str) -> list[ClusterView]:
                             f"pool {pool}: a used node is not [node, pods, whole, {{...}}]"
                         )
                     used.raw[pool] = (nodes, entry[3])
+            fence, own = None, rest
+            if len(rest) == 2 and type(rest[1]) is dict:
+                fence, own = rest[1], rest[:1]
             if len(own) > 1 or (own and type(own[0]) is not dict):
                 raise TypeError(f"cluster {name}: its own labels are not one map")
             cluster_labels = (
                 {**labels, **{str(k): str(v) for k, v in own[0].items()}} if own else labels
             )
             cluster = fleet.Cluster(
-                str(name), cluster_labels, bool(ready), tuple(fleet_pools), str(gateway)
+                str(name), cluster_labels, bool(ready), tuple(fleet_pools), str(gateway), fence
             )
             out.append(ClusterView(cluster, int(ledger), used))
         return out

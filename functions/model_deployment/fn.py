@@ -37,13 +37,104 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
-from plnt import binding, conditions, contracts, fleet_view, xp
+from plnt import binding, conditions, contracts, fleet_view, tenancy, xp
 from plnt import fleet as fleet_model
 from plnt.models import model_deployment
 from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision
 
 GATE_FAILED = "GateFailed"  # ReplicasScheduled: a first rollout failed, nothing is placed
+
+
+NAMESPACE_REQUIREMENT = "namespace"
+QUOTA_LEDGERS_REQUIREMENT = "quota-ledgers"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tenant:
+    """The deployment's namespace as tenancy reads it: its labels (fences) and the quota
+    ledgers covering it (plnt.tenancy)."""
+
+    labels: dict[str, str]
+    quotas: list[tenancy.QuotaLedger]
+
+
+def tenancy_inputs(
+    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, namespace: str
+) -> Tenant | None:
+    """Its Namespace (by name) and the binder's quota ledgers; None until Crossplane answered."""
+    ns = xp.require(req, rsp, NAMESPACE_REQUIREMENT, "v1", "Namespace", match_name=namespace)
+    ledgers = xp.require(
+        req,
+        rsp,
+        QUOTA_LEDGERS_REQUIREMENT,
+        "v1",
+        "ConfigMap",
+        match_labels={tenancy.QUOTA_LEDGER_LABEL: "true"},
+        namespace=binding.LEDGER_NAMESPACE,
+    )
+    if ns is None or ledgers is None:
+        return None
+    quotas, _ = tenancy.quota_ledgers_of(ledgers, binding.LEDGER_NAMESPACE)
+    return Tenant(
+        tenancy.namespace_labels(ns[0] if ns else None, namespace),
+        [q for q in quotas if namespace in q.namespaces],
+    )
+
+
+def within_quotas(
+    sched: scheduler.Schedule,
+    tenant: Tenant,
+    own: dict[str, dict[str, Any]],
+    *,
+    namespace: str,
+    deployment: str,
+    rev: str,
+    raw_spec: dict[str, Any],
+) -> scheduler.Schedule:
+    """The schedule with the new replicas no quota covering the namespace has room for left
+    out, the shortfall naming the quota. Room: hard less what the quota ledger reserves less
+    what this deployment's replicas it does not reserve yet ask (they are proposals it will
+    weigh first)."""
+    if not tenant.quotas or not sched.placed:
+        return sched
+    pending: list[dict[str, int]] = []
+    for obj in own.values():
+        key = f"{namespace}/{obj['metadata'].get('name', '')}"
+        if any(key not in q.entries for q in tenant.quotas):
+            pending.append(binding.devices_of(obj))
+    kept: list[scheduler.Placement] = []
+    why = ""
+    for placement in sched.placed:
+        obj = rep.model_replica(
+            name="probe", namespace=namespace, deployment=deployment, revision=rev,
+            spec=raw_spec, placement=placement,
+        )  # fmt: skip
+        asks = binding.devices_of(obj)
+        for q in tenant.quotas:
+            used = q.used()
+            for extra in pending:
+                for cls, n in extra.items():
+                    used[cls] = used.get(cls, 0) + n
+            for cls, n in sorted(asks.items()):
+                if cls in q.hard and used.get(cls, 0) + n > q.hard[cls]:
+                    why = why or tenancy.hold_message(
+                        [namespace] if len(q.namespaces) == 1 else q.namespaces,
+                        used, q.hard, cls, q.quota,
+                    )  # fmt: skip
+        if why:
+            break
+        kept.append(placement)
+        pending.append(asks)
+    if len(kept) == len(sched.placed):
+        return sched
+    total = len(sched.kept) + len(kept)
+    return dataclasses.replace(
+        sched,
+        placed=kept,
+        reason=scheduler.INSUFFICIENT_QUOTA,
+        message=f"placed {total} of {sched.wanted} replicas; {why}",
+    )
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -73,7 +164,8 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     snapshot = reading.snapshot(
         req, rsp, spec.cluster_selector.match_labels, {r.cluster for r in own_placed}
     )
-    if classes is None or snapshot is None:
+    tenant = tenancy_inputs(req, rsp, namespace)
+    if classes is None or snapshot is None or tenant is None:
         xp.set_conditions(
             rsp, conditions.waiting(conditions.REPLICAS_SCHEDULED, "reading the fleet")
         )
@@ -113,6 +205,17 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             used=snapshot.used,
             counted=counted,
             fleet_size=snapshot.size,
+            namespace=namespace,
+            namespace_labels=tenant.labels,
+        )
+        schedules[rev] = within_quotas(
+            schedules[rev],
+            tenant,
+            own,
+            namespace=namespace,
+            deployment=name,
+            rev=rev,
+            raw_spec=raw_spec,
         )
 
     # --- desired resources ----------------------------------------------------------------

@@ -24,6 +24,7 @@ Shape = Any  # dict[str, Shape] | list[Shape] | bool
 CLUSTER: Shape = {
     "metadata": {"name": True, "labels": True},
     "status": {"conditions": True, "pools": True, "gateway": True},
+    "spec": {"namespaceSelector": True},  # the fence (plnt.tenancy)
 }
 CLUSTER_SPEC: Shape = {"spec": {"nodePools": True}}  # only read while status has no pools
 VIEW_PART: Shape = {"metadata": {"name": True}, "binaryData": True}
@@ -72,7 +73,8 @@ def require_all(
 def read(struct: struct_pb2.Struct, shape: Shape) -> dict[str, Any]:
     out = _struct(struct, shape if isinstance(shape, dict) else None)
     if shape is CLUSTER and not (out.get("status") or {}).get("pools"):
-        out.update(_struct(struct, CLUSTER_SPEC))
+        spec = _struct(struct, CLUSTER_SPEC).get("spec") or {}
+        out["spec"] = {**(out.get("spec") or {}), **spec}
     return out
 
 

@@ -47,7 +47,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from plnt import binding, capacity, fleet, labels
+from plnt import binding, capacity, fleet, labels, tenancy
 from plnt.fleet import Cluster, Pool, class_shape
 from plnt.models import model_deployment as models
 from plnt.models.model_replica import Container
@@ -62,6 +62,7 @@ SEARCH_BUDGET = 512  # pools tried per (replica, cluster) when engines compete f
 # reasons of the ReplicasScheduled condition
 SCHEDULED = "Scheduled"
 INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+INSUFFICIENT_QUOTA = "InsufficientQuota"  # set by the function: an InferenceQuota is full
 NO_MATCHING_CLUSTERS = "NoMatchingClusters"
 INVALID_NODE_SELECTOR = "InvalidNodeSelector"
 
@@ -689,6 +690,8 @@ def schedule(
     used: Mapping[tuple[str, str], Sequence[capacity.NodeUse]] | None = None,
     counted: frozenset[tuple[str, str]] = frozenset(),
     fleet_size: int | None = None,
+    namespace: str = "",
+    namespace_labels: Mapping[str, str] | None = None,
 ) -> Schedule:
     """Keeps `own` pins that still have a cluster and places new replicas up to `replicas`.
 
@@ -701,7 +704,10 @@ def schedule(
     (namespace, name) of `own` replicas it already counts: those kept are not charged again, those
     let go are given back, so the snapshot is the one `fleet` alone would give. `fleet_size`: the
     clusters on the whole fleet when `clusters` is narrowed to those the selector can match.
-    `evaluate`/`compile_check` default to `plnt.cel.evaluate`/`plnt.cel.compile`.
+    `namespace_labels`: the labels of the deployment's `namespace`; a cluster whose fence
+    (spec.namespaceSelector) does not admit them takes nothing new and is named in the shortfall
+    (None: no fence is checked). `evaluate`/`compile_check` default to
+    `plnt.cel.evaluate`/`plnt.cel.compile`.
     """
     if evaluate is None or compile_check is None:
         from plnt import cel
@@ -747,7 +753,11 @@ def schedule(
     matching = sorted(
         (c for c in fleet_clusters if cluster_selector(c.labels)), key=lambda c: c.name
     )
-    ready = [c for c in matching if c.ready]
+
+    def admitted(c: Cluster) -> bool:
+        return namespace_labels is None or tenancy.admits(c.fence, namespace_labels)
+
+    ready = [c for c in matching if c.ready and admitted(c)]
     placed = sched.place(needed, ready, [*kept, *siblings]) if needed > 0 else []
 
     total = len(kept) + len(placed)
@@ -758,7 +768,12 @@ def schedule(
         msg = f"{head}; no InferenceCluster matches clusterSelector"
         msg += f" ({size} on the fleet)"
         return Schedule(kept, released, placed, replicas, NO_MATCHING_CLUSTERS, msg)
-    rejected = [f"cluster {c.name}: {sched.why_not(c)}" for c in matching]
+    rejected = [
+        f"cluster {c.name}: {sched.why_not(c)}"
+        if admitted(c)
+        else tenancy.fence_message(c.name, namespace)
+        for c in matching
+    ]
     erring = _erring_selectors(engines, sched.matcher)
     if erring:
         msg = f"{head}; {erring}"

@@ -130,6 +130,8 @@ def _template_replica() -> dict[str, Any]:
         "inference-clusters": [cluster(0)],
         "inference-classes": classes(),
         "model-replicas": [],
+        "namespace": [],
+        "quota-ledgers": [],
     }
     for name, objs in answers.items():
         req.required_resources[name].items.extend(
@@ -213,7 +215,9 @@ class Fleet:
                 bench_scheduler.struct(served(dict(obj), i + 1, "crossplane"))
             )
         answers: dict[str, list[dict[str, Any]]] = {
-            "inference-classes": list(self.classes.values())
+            "inference-classes": list(self.classes.values()),
+            "namespace": [],  # no fence or quota applies (plnt.tenancy)
+            "quota-ledgers": [],
         }
         if view:
             labels = {**xr["spec"]["clusterSelector"]["matchLabels"], fleet_view.VIEW_LABEL: "true"}

@@ -184,6 +184,8 @@ def request(clusters: int, pools: int, replicas: int) -> fnv1.RunFunctionRequest
         "inference-clusters": fleet,
         "inference-classes": [inference_class(n) for n in sorted(GPUS)],
         "model-replicas": [other_replica(i, fleet[i % clusters]) for i in range(replicas)],
+        "namespace": [],  # no fence or quota applies (plnt.tenancy)
+        "quota-ledgers": [],
     }
     for name, objs in answers.items():
         req.required_resources[name].items.extend(fnv1.Resource(resource=struct(o)) for o in objs)

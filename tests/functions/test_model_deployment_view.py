@@ -26,6 +26,7 @@ MD_EXAMPLES = [
     if render.load_scenario(f).xr["kind"] == "ModelDeployment"
 ]
 WHOLE_FLEET = {"inference-clusters", "model-replicas"}
+TENANCY = {"namespace", "quota-ledgers"}  # its Namespace (fences) and the quota ledgers
 COREWEAVE = {"matchLabels": {"modelplane.ai/provider": "coreweave"}}
 
 
@@ -72,7 +73,7 @@ def answered(
 def test_first_call_asks_for_the_view_narrowed_by_the_selector() -> None:
     xr = on_coreweave(scenario("deploy-qwen3-8b").xr)
     wanted = requirements(answered_nothing(xr))
-    assert set(wanted) == {"fleet-view-index", "fleet-view", "inference-classes"}
+    assert set(wanted) == {"fleet-view-index", "fleet-view", "inference-classes", *TENANCY}
     index, parts = wanted["fleet-view-index"], wanted["fleet-view"]
     assert (index.kind, index.match_name, index.namespace) == (
         "ConfigMap",
@@ -107,7 +108,12 @@ def test_with_a_view_it_reads_neither_clusters_nor_replicas() -> None:
     s = scenario("deploy-qwen3-8b")
     required, _, view = bound(s)
     req = answered(s.xr, required + view)
-    assert set(req.required_resources) == {"fleet-view-index", "fleet-view", "inference-classes"}
+    assert set(req.required_resources) == {
+        "fleet-view-index",
+        "fleet-view",
+        "inference-classes",
+        *TENANCY,
+    }
     parts = [xp.to_dict(i.resource) for i in req.required_resources["fleet-view"].items]
     assert parts and all(p["kind"] == "ConfigMap" for p in parts)
     rsp = fn.run_function(req)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import gzip
 import json
 import re
@@ -309,6 +310,17 @@ def test_per_cluster_labels_ride_with_their_cluster_not_the_part() -> None:
     assert got == {f"c{i}": {"team": "a", "crossplane.io/composite": f"c{i}"} for i in range(4)}
     assert fleet_view.shared({"team": "a", "crossplane.io/claim-name": "x"}) == {"team": "a"}
     head = '{"labels":{},"classes":["x"],"clusters":'
-    for bad in ('[["c9",1,"g",1,[],"x"]]}', '[["c9",1,"g",1,[],{},{}]]}'):
+    for bad in ('[["c9",1,"g",1,[],"x"]]}', '[["c9",1,"g",1,[],{},{},{}]]}'):
         with pytest.raises(ValueError, match="own labels"):
             fleet_view.decode(head + bad)
+
+
+def test_a_clusters_fence_rides_with_it() -> None:
+    """spec.namespaceSelector reaches the scheduler through the view, with or without labels
+    of its own; a cluster without one decodes with none (every namespace admitted)."""
+    fence = {"matchLabels": {"team": "ml"}}
+    fenced = view("f", 1, {"team": "a"})
+    fenced = dataclasses.replace(fenced, cluster=dataclasses.replace(fenced.cluster, fence=fence))
+    (part,) = fleet_view.parts([fenced, view("open", 1, {"team": "a"})])
+    got = {v.cluster.name: v.cluster.fence for v in fleet_view.decode(part.text)}
+    assert got == {"f": fence, "open": None}

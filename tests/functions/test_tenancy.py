@@ -1,0 +1,189 @@
+"""Tenancy through the real functions (docs/tenancy.md): fenced clusters and quotas in the
+ModelDeployment's shortfall, the binder render plays refusing what a quota does not cover, and
+what of a tenant's pod template reaches a workload cluster (only the schema's fields)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+from typing import Any
+
+import pytest
+
+from functions.model_replica import fn as replica_fn
+from plnt import binding, tenancy
+from plnt_host import render
+from tests.functions.test_model_replica import QWEN, committed, manifests
+from tests.support import call_function
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+DEPLOY = render.load_scenario(EXAMPLES / "deploy-qwen3-8b")
+
+
+def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def fenced(required: list[dict[str, Any]], admits: dict[str, str]) -> list[dict[str, Any]]:
+    out = copy.deepcopy(required)
+    for o in out:
+        if o["kind"] == "InferenceCluster":
+            o["spec"]["namespaceSelector"] = {"matchLabels": admits}
+    return out
+
+
+def scheduled(out: render.Rendered) -> dict[str, Any]:
+    return next(c for c in out.xr["status"]["conditions"] if c["type"] == "ReplicasScheduled")
+
+
+def rendered(required: list[dict[str, Any]], *, tree: bool = False) -> render.Rendered:
+    return render.render(
+        render.Scenario(DEPLOY.xr, required, DEPLOY.observed, DEPLOY.path), tree=tree
+    )
+
+
+CLUSTERS = sorted(o["metadata"]["name"] for o in DEPLOY.required if o["kind"] == "InferenceCluster")
+
+
+def test_a_fenced_cluster_takes_nothing_of_a_namespace_it_does_not_admit() -> None:
+    required = [*fenced(DEPLOY.required, {"team": "research"}), namespace("ml-team")]
+    cond = scheduled(rendered(required))
+    assert (cond["status"], cond["reason"]) == ("False", "InsufficientCapacity")
+    for name in CLUSTERS:
+        assert f"cluster {name} does not admit namespace ml-team" in cond["message"]
+    assert cond["message"].startswith("placed 0 of 3 replicas")
+
+
+def test_a_fence_admits_the_namespaces_its_selector_selects() -> None:
+    required = [
+        *fenced(DEPLOY.required, {"team": "research"}),
+        namespace("ml-team", {"team": "research"}),
+    ]
+    assert scheduled(rendered(required))["reason"] == "Scheduled"
+    # by name, through the label every Namespace carries
+    by_name = fenced(DEPLOY.required, {tenancy.NAMESPACE_NAME_LABEL: "ml-team"})
+    assert scheduled(rendered(by_name))["reason"] == "Scheduled"
+
+
+def test_without_a_fence_every_namespace_places() -> None:
+    assert scheduled(rendered([*DEPLOY.required, namespace("ml-team")]))["reason"] == "Scheduled"
+
+
+def quota_ledger(hard: int, held: int) -> dict[str, Any]:
+    """The binder's quota ledger for namespace ml-team: `held` GPUs reserved by another
+    deployment's replica."""
+    state = tenancy.QuotaLedger(
+        quota="ml-team",
+        sequence=3,
+        namespaces=["ml-team"],
+        hard={"gpu.nvidia.com": hard},
+        entries={
+            "ml-team/other-0": tenancy.Reservation(
+                uid="u0", digest="d0", devices={"gpu.nvidia.com": held}
+            )
+        }
+        if held
+        else {},
+    )
+    return tenancy.quota_ledger_configmap(state, binding.LEDGER_NAMESPACE)
+
+
+@pytest.mark.parametrize(
+    ("hard", "held", "placed", "says"),
+    [
+        (16, 16, 0, "namespace ml-team holds 16 of 16 gpu.nvidia.com (InferenceQuota ml-team)"),
+        (3, 1, 2, "namespace ml-team holds 3 of 3 gpu.nvidia.com (InferenceQuota ml-team)"),
+        (3, 0, 3, ""),
+    ],
+)
+def test_a_full_quota_is_named_in_the_shortfall(
+    hard: int, held: int, placed: int, says: str
+) -> None:
+    out = rendered([*DEPLOY.required, quota_ledger(hard, held)])
+    cond = scheduled(out)
+    replicas = [o for o in out.composed if o["kind"] == "ModelReplica"]
+    assert len(replicas) == placed
+    if says:
+        assert (cond["status"], cond["reason"]) == ("False", "InsufficientQuota")
+        assert cond["message"] == f"placed {placed} of 3 replicas; {says}"
+    else:
+        assert cond["reason"] == "Scheduled"
+
+
+def test_render_plays_the_binder_and_refuses_what_the_quota_does_not_cover() -> None:
+    quota = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceQuota",
+        "metadata": {"name": "ml-team"},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {tenancy.NAMESPACE_NAME_LABEL: "ml-team"}},
+            "hard": {"devices": {"gpu.nvidia.com": 2}},
+        },
+    }
+    out = rendered([*DEPLOY.required, quota, namespace("ml-team")], tree=True)
+    bound = {
+        c.xr["metadata"]["name"]: next(
+            x for x in c.xr["status"]["conditions"] if x["type"] == "Bound"
+        )
+        for c in out.children
+        if c.xr["kind"] == "ModelReplica"
+    }
+    assert len(bound) == 3
+    reasons = sorted(c["reason"] for c in bound.values())
+    assert reasons == ["BindingRefused", "Bound", "Bound"]
+    (refused,) = [c for c in bound.values() if c["reason"] == "BindingRefused"]
+    assert (
+        "namespace ml-team holds 2 of 2 gpu.nvidia.com (InferenceQuota ml-team)"
+        in (refused["message"])
+    )
+
+
+# --- what of a tenant's pod template reaches a GPU node ------------------------------------
+
+HOSTILE = "tenant-escalates"
+
+
+def hostile(xr: dict[str, Any]) -> dict[str, Any]:
+    """The seed replica with a pod template a tenant might hope to get onto a GPU node."""
+    out = copy.deepcopy(xr)
+    template = out["spec"]["engines"][0]["members"][0]["template"]
+    template["spec"].update(
+        serviceAccountName=HOSTILE,
+        hostNetwork=True,
+        hostPID=True,
+        volumes=[{"name": HOSTILE, "hostPath": {"path": "/"}}],
+        nodeName=HOSTILE,
+        tolerations=[{"operator": "Exists"}],
+    )
+    engine = template["spec"]["containers"][0]
+    engine.update(
+        securityContext={"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}},
+        volumeMounts=[{"name": HOSTILE, "mountPath": "/host"}],
+    )
+    return out
+
+
+def test_privileged_fields_of_a_pod_template_never_reach_a_workload_cluster() -> None:
+    xr = hostile(QWEN.xr)
+    rsp = call_function(
+        replica_fn.run_function, xr, [*QWEN.required, committed(xr)], (), "function-model-replica"
+    )
+    got = manifests(rsp)
+    assert "workload-qwen3-8b" in got  # it rendered: the fields were dropped, not refused
+    text = json.dumps(got)
+    for needle in (HOSTILE, "privileged", "hostPath", "hostNetwork", "hostPID", "SYS_ADMIN"):
+        assert needle not in text, needle
+    pod = got["workload-qwen3-8b"]["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in pod
+    assert "nodeName" not in pod
+    assert all("key" in t for t in pod.get("tolerations", ())), "the tenant's tolerate-all"
+    # and the same template without the hostile fields renders the same workload
+    clean = call_function(
+        replica_fn.run_function,
+        QWEN.xr,
+        [*QWEN.required, committed(QWEN.xr)],
+        (),
+        "function-model-replica",
+    )
+    assert manifests(clean)["workload-qwen3-8b"] == got["workload-qwen3-8b"]
