@@ -284,6 +284,7 @@ class APIServer:
             "ConfigMap": "configmaps",
             "InferenceCluster": "inferenceclusters",
             "InferenceClass": "inferenceclasses",
+            "InferenceQuota": "inferencequotas",
             "ModelReplica": "modelreplicas",
             "CustomResourceDefinition": "customresourcedefinitions",
             "ModelDeployment": "modeldeployments",

@@ -317,3 +317,89 @@ def test_the_fleet_view_holds_what_the_ledgers_commit(kube_apiserver, api, clust
     assert (before in moved) == (held != {cluster_name})  # an emptied part is deleted
     views, _ = fleet_view.read(moved.values())
     assert views[cluster_name].used["h"] == mine.used["h"]
+
+
+# --- tenancy (issue 25): fences and quotas, as the binder's ServiceAccount -------------------
+
+
+def tenant_replica(kube_apiserver, cluster: str, gpus: int, labels: dict[str, str]) -> str:
+    """A proposal in a fresh namespace with `labels`, asking `gpus` GPUs of gpu.nvidia.com."""
+    namespace = f"tenant-{uuid.uuid4().hex[:6]}"
+    kube_apiserver.create(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
+    )
+    demand = {"h": (capacity.Pods(1, (("device:gpu", gpus),)),)}
+    request = {"name": "gpu", "count": gpus, "deviceClassName": "gpu.nvidia.com"}
+    kube_apiserver.create(
+        {
+            "apiVersion": GV,
+            "kind": "ModelReplica",
+            "metadata": {
+                "name": "r-0",
+                "namespace": namespace,
+                "annotations": {binding.DEMAND: capacity.demand_json(demand)},
+            },
+            "spec": {
+                "clusterName": cluster,
+                "engines": [
+                    {"name": "e", "members": [{"nodePoolName": "h", "deviceRequests": [request]}]}
+                ],
+            },
+        }
+    )
+    return namespace
+
+
+def test_a_fence_keeps_other_namespaces_off_its_cluster(kube_apiserver, api, cluster_name):
+    tag = uuid.uuid4().hex[:6]
+    r = kube_apiserver.admin.patch(
+        f"/apis/{GV}/inferenceclusters/{cluster_name}",
+        json={"spec": {"namespaceSelector": {"matchLabels": {"fence": tag}}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert r.status_code == 200, r.text
+    inside = tenant_replica(kube_apiserver, cluster_name, 1, {"fence": tag})
+    outside = tenant_replica(kube_apiserver, cluster_name, 1, {})
+    (outcome,) = [o for o in binder.Binder(api).bind_once() if o.cluster == cluster_name]
+    assert outcome.refused == {
+        f"{outside}/r-0": f"cluster {cluster_name} does not admit namespace {outside}"
+    }
+    found = states(kube_apiserver, [inside, outside])
+    assert (found[inside].state, found[outside].state) == (binding.BOUND, binding.REFUSED_STATE)
+
+
+def test_a_quota_caps_the_namespaces_it_covers_and_shows_its_use(kube_apiserver, api, cluster_name):
+    group = uuid.uuid4().hex[:6]
+    quota = f"q-{group}"
+    kube_apiserver.create(
+        {
+            "apiVersion": GV,
+            "kind": "InferenceQuota",
+            "metadata": {"name": quota},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"quota-group": group}},
+                "hard": {"devices": {"gpu.nvidia.com": 4}},
+            },
+        }
+    )
+    teams = [tenant_replica(kube_apiserver, cluster_name, 3, {"quota-group": group})
+             for _ in range(2)]  # fmt: skip
+    b = binder.Binder(api)
+    (outcome,) = [o for o in b.bind_once() if o.cluster == cluster_name]
+    found = states(kube_apiserver, teams)
+    assert sorted(s.state for s in found.values()) == [binding.BOUND, binding.REFUSED_STATE]
+    (refused,) = [t for t, s in found.items() if s.state == binding.REFUSED_STATE]
+    assert found[refused].message == (
+        f"namespaces {', '.join(sorted(teams))} hold 3 of 4 gpu.nvidia.com (InferenceQuota {quota})"
+    )
+    held, version = b.read_quota_ledger(quota)
+    assert version and sorted(held.namespaces) == sorted(teams)
+    assert list(held.entries) == [f"{t}/r-0" for t in teams if t != refused]
+    status = kube_apiserver.admin.get(f"/apis/{GV}/inferencequotas/{quota}").json()["status"]
+    assert status == {
+        "used": {"devices": {"gpu.nvidia.com": 3}},
+        "namespaces": sorted(teams),
+        "replicas": 1,
+    }
+    # the room was capacity's too: the pool had 8 GPUs, so only the quota refused
+    assert outcome.refused == {f"{refused}/r-0": found[refused].message}
