@@ -84,9 +84,12 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         _refuse(rsp, err, identity, observed)
         return rsp
 
-    previous = (xr.get("status") or {}).get("phase")
-    phase = phases.derive(seen_deployment, seen_service, run_id, previous)
+    written = xr.get("status") or {}
+    previous = written.get("phase")
+    first = not written.get("endpoint")
+    phase = phases.derive(seen_deployment, seen_service, run_id, previous, first)
     if phase.name != previous and phase.name in (
+        phases.PULLING_WEIGHTS,
         phases.DEPLOYING,
         phases.SMOKE_TESTING,
         phases.PROMOTING,
