@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import pathlib
 import re
 
@@ -543,16 +544,32 @@ def test_replicas_start_at_min_and_keep_what_the_autoscaler_set_within_bounds(
     assert desired(run(seed(), observed))["model-deployment"]["spec"]["replicas"] == want
 
 
-def test_workflow_run_id_is_r_and_ten_hex_of_uid_and_generation() -> None:
-    first = status(run(seed()))["workflowRunId"]
+def test_workflow_run_id_is_r_and_ten_hex_of_uid_and_the_users_spec() -> None:
+    xr = seed()
+    first = status(run(xr))["workflowRunId"]
     assert re.fullmatch(r"r-[0-9a-f]{10}", first)
-    assert first == "r-" + hashlib.sha256(f"{UID}1".encode()).hexdigest()[:10]
+    canonical = json.dumps(xr["spec"], sort_keys=True, separators=(",", ":"))
+    assert first == "r-" + hashlib.sha256(f"{UID}{canonical}".encode()).hexdigest()[:10]
     assert status(run(seed()))["workflowRunId"] == first, "stable across reconciles"
-    updated = seed()
-    updated["metadata"]["generation"] = 2
-    second = status(run(updated))
+    # Crossplane writes spec.crossplane (refs to what it composed) and bumps the generation:
+    # no fresh run, while observedGeneration still follows the object
+    written = seed()
+    written["metadata"]["generation"] = 4
+    written["spec"]["crossplane"] = {
+        "compositionRef": {"name": "workflowruns"},
+        "resourceRefs": [{"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelService"}],
+    }
+    by_crossplane = status(run(written))
+    assert by_crossplane["workflowRunId"] == first
+    assert by_crossplane["observedGeneration"] == 4
+    written["spec"]["crossplane"]["resourceRefs"] = []  # a composed resource removed
+    assert status(run(written))["workflowRunId"] == first
+    # the user's edit is a fresh run, and editing back is the first run's id again
+    edited = seed(trafficPercent=20)
+    edited["metadata"]["generation"] = 5
+    second = status(run(edited))
     assert second["workflowRunId"] != first, "a spec update is a fresh run"
-    assert second["observedGeneration"] == 2
+    assert second["observedGeneration"] == 5
     other = seed()
     other["metadata"]["uid"] = "another-uid"
     assert status(run(other))["workflowRunId"] != first
@@ -976,6 +993,8 @@ def test_the_first_rollout_is_tested_before_it_takes_traffic_and_updates_are_fre
 
     # a change that leaves the pods as they are: the serving revision is re-tested in place
     budgets = update(lambda spec: spec["canary"]["smokeTest"].update(ttftBudgetMs=200))
+    r3 = budgets.xr["status"]["workflowRunId"]
+    assert r3 not in (r1, r2), "each distinct spec is its own run"
     md_after = _child(budgets)
     assert md_after.xr["status"]["revisions"] == {"stable": rev, "canary": rev}
     assert md_after.xr["status"]["canary"]["trafficPercent"] == 100
@@ -983,7 +1002,7 @@ def test_the_first_rollout_is_tested_before_it_takes_traffic_and_updates_are_fre
     cond = {c["type"]: c for c in md_after.xr["status"]["conditions"]}["Canary"]
     assert (cond["reason"], cond["message"]) == (
         "AwaitingVerdict",
-        f"revision {rev} serves unchanged while the latency gate re-tests it in run {r2}",
+        f"revision {rev} serves unchanged while the latency gate re-tests it in run {r3}",
     )
     gate_cond = {c["type"]: c for c in md_after.xr["status"]["conditions"]}["CanaryGate"]
     assert (gate_cond["reason"], gate_cond["message"]) == (
