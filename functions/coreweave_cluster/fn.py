@@ -83,7 +83,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     waiting = [what for what, ok in (("VPC", vpc_ready), ("CKS cluster", cluster_ready)) if not ok]
 
     # --- decisions: pools whose spec asks CKS for what it cannot do
-    pools, refused = keep_instance_types(spec.node_pools, observed)
+    pools, refused = keep_instance_types(spec.pools(), observed)
 
     # --- stage 2: access to the cluster, then what lives inside it
     access = cluster_access(

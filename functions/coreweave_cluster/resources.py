@@ -42,6 +42,7 @@ STORAGE_CLASS_FIELDS = ("provisioner", "parameters", "mountOptions", "volumeBind
 
 # GPU pools repel pods that do not tolerate this taint; CPU pools repel on modelplane.ai/cpu.
 ROLE_TAINT = {"GPU": labels.GPU, "CPU": labels.CPU}
+SYSTEM_LABEL = f"{labels.DOMAIN}/system"  # node label on the untainted System pool
 
 # An Object holding a NodePool is ready when CKS reports the pool at its target size.
 NODEPOOL_AT_TARGET = (
@@ -229,10 +230,16 @@ def node_labels(pool: NodePool) -> dict[str, str]:
         out[labels.ACCELERATOR] = pool.gpu.accelerator_type
     if pool.role == "CPU":
         out[labels.CPU] = "true"
+    if pool.role == "System":
+        out[SYSTEM_LABEL] = "true"
     return out
 
 
 def node_taints(pool: NodePool) -> list[dict[str, str]]:
+    """GPU and CPU pools repel what does not tolerate their role; a System pool is untainted,
+    so cluster add-ons (CoreDNS, metrics, controllers) that tolerate nothing run there."""
+    if pool.role not in ROLE_TAINT:
+        return []
     return [{"key": ROLE_TAINT[pool.role], "value": "true", "effect": "NoSchedule"}]
 
 

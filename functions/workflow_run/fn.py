@@ -30,6 +30,7 @@ Design choices:
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,6 +43,7 @@ from plnt.models.workflow_run import WorkflowRunSpec
 DEPLOYMENT = "model-deployment"
 SERVICE = "model-service"
 INFERENCE_CLASSES = "inference-classes"
+USER_EXCLUDED = "crossplane"  # the spec field Crossplane writes: never part of a run's identity
 CROSSPLANE = "crossplane.io/"  # label prefix Crossplane puts on what it composes
 WEIGHTS_PATH = "/models"  # where ModelReplica mounts a ModelCache, too
 # what this function composes under each name: observed objects are trusted only as these
@@ -57,7 +59,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     meta = xr.get("metadata") or {}
     name = meta.get("name", "")
     generation = int(meta.get("generation") or 0)
-    run_id = workflow_run_id(meta.get("uid", ""), generation)
+    run_id = workflow_run_id(meta.get("uid", ""), xr.get("spec") or {})
     identity: dict[str, Any] = {"workflowRunId": run_id}
     if generation:
         identity["observedGeneration"] = generation
@@ -84,9 +86,12 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         _refuse(rsp, err, identity, observed)
         return rsp
 
-    previous = (xr.get("status") or {}).get("phase")
-    phase = phases.derive(seen_deployment, seen_service, run_id, previous)
+    written = xr.get("status") or {}
+    previous = written.get("phase")
+    first = not written.get("endpoint")
+    phase = phases.derive(seen_deployment, seen_service, run_id, previous, first)
     if phase.name != previous and phase.name in (
+        phases.PULLING_WEIGHTS,
         phases.DEPLOYING,
         phases.SMOKE_TESTING,
         phases.PROMOTING,
@@ -176,9 +181,14 @@ def carried(observed: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def workflow_run_id(uid: str, generation: int) -> str:
-    """``r-`` + 10 hex of sha256(uid + generation): a spec update is a fresh run."""
-    return "r-" + hashlib.sha256(f"{uid}{generation}".encode()).hexdigest()[:10]
+def workflow_run_id(uid: str, spec: Mapping[str, Any]) -> str:
+    """``r-`` + 10 hex of sha256(uid + the user's spec as canonical JSON): an update of what
+    the user wrote is a fresh run. ``spec.crossplane`` (composition and resource refs, which
+    Crossplane writes and which bump ``metadata.generation``) is left out, so Crossplane's own
+    writes never start one."""
+    users = {k: v for k, v in spec.items() if k != USER_EXCLUDED}
+    canonical = json.dumps(users, sort_keys=True, separators=(",", ":"), default=str)
+    return "r-" + hashlib.sha256(f"{uid}{canonical}".encode()).hexdigest()[:10]
 
 
 def engine_container(spec: WorkflowRunSpec, preset: presets.Preset) -> dict[str, Any]:

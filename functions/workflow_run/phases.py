@@ -29,9 +29,16 @@ Deploying, SmokeTesting and Promoting are each written at least once in a rollou
 passed the gate, even when the engine start, the measurement, the verdict and the traffic
 shift land between two reconciles of the WorkflowRun (a fast engine is measured in well under
 a second, and Crossplane may hold back a busy XR's watch events). The phase last written (the
-WorkflowRun's own observed status) decides: coming from PullingWeights to a phase past
+WorkflowRun's own observed status) decides: in a first rollout (the WorkflowRun has never
+reported an endpoint), coming from Validating or Pending to any phase past PullingWeights, the
+phase is PullingWeights for one reconcile (replicas that exist but are not staging yet stage
+their weights next: nothing but Validating or Pending is ever shown before PullingWeights),
+and it stays PullingWeights until the replicas are ready (a replica not staging yet and one
+loading what it staged report alike);
+coming from PullingWeights to a phase past
 Deploying, the phase is Deploying for one reconcile; coming from Deploying to a phase past the
-smoke test while the gate holds this run's Pass verdict, it is SmokeTesting for one reconcile
+smoke test while the gate holds this run's Pass verdict (or in a first rollout, whose
+revision takes no traffic before it passed), it is SmokeTesting for one reconcile
 (its message gives the verdict); coming from SmokeTesting to Ready, it is Promoting for one
 reconcile. The function asks to be called again in a second
 each time. `kubectl get workflowrun -w` so always shows the seed's sequence; a restart changes
@@ -72,6 +79,7 @@ PHASES = (
 )
 
 CANARY = conditions.CANARY
+_PAST_PULLING = (DEPLOYING, SMOKE_TESTING, PROMOTING, READY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,23 +129,46 @@ def derive(
     service: Mapping[str, Any] | None,
     run: str | None = None,
     previous: str | None = None,
+    first_rollout: bool = False,
 ) -> Phase:
     """The phase for a valid spec (Failed on invalid input is decided by the caller), given the
-    phase last written (``previous``)."""
+    phase last written (``previous``) and whether this is the run's first rollout (nothing
+    has served yet: the WorkflowRun never reported an endpoint)."""
     phase = _derive(deployment, service, run)
     gate = contracts.Gate.of(contracts.gate_at(_status(deployment)))
     passed = gate.passed and (run is None or contracts.CanaryStatus.of(deployment).run == run)
+    # a first revision takes no traffic until it passed, so reaching Promoting is a pass
+    passed = passed or first_rollout
+    # a phase held back in a first rollout reports no endpoint: nothing serves before Promoting
+    held = None if first_rollout else phase.endpoint
+    if first_rollout and previous in (VALIDATING, PENDING) and phase.name in _PAST_PULLING:
+        return Phase(
+            PULLING_WEIGHTS,
+            "the replicas are created; their weights are staged before the engines start",
+            held,
+        )
+    ready = _cond(deployment, conditions.REPLICAS_READY)
+    if (
+        first_rollout
+        and previous == PULLING_WEIGHTS
+        and phase.name == DEPLOYING
+        and ready.get("status") != "True"
+    ):
+        # replicas that are not staging (not created yet, or loading what was staged) read
+        # alike: a first rollout stays PullingWeights until its replicas are ready
+        counts = ready.get("message") or "replicas not ready"
+        return Phase(PULLING_WEIGHTS, f"staging and loading model weights: {counts}", held)
     if phase.name in (SMOKE_TESTING, PROMOTING, READY) and previous == PULLING_WEIGHTS:
         return Phase(
             DEPLOYING,
             "the weights are staged and the engine has started; the latency gate measures it",
-            phase.endpoint,
+            held,
         )
     if phase.name in (PROMOTING, READY) and previous == DEPLOYING and passed:
         return Phase(
             SMOKE_TESTING,
             f"the latency gate measured revision {gate.revision}: Pass; promoting it",
-            phase.endpoint,
+            held,
         )
     if phase.name == READY and previous == SMOKE_TESTING:
         stable = (_status(deployment).get("revisions") or {}).get("stable")

@@ -20,6 +20,10 @@ LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 DEFAULT_KUBERNETES_VERSION = "1.37"
 MAX_POOLS = 8
 MAX_NODES = 1000
+# the untainted CPU pool for cluster add-ons, added when the spec declares no System pool
+SYSTEM_POOL_NAME = "system"
+SYSTEM_POOL_INSTANCE_TYPE = "cd-gp-a192-genoa"
+SYSTEM_POOL_NODES = 2
 
 NodeCount = Annotated[int, Field(ge=0, le=MAX_NODES)]
 MaxNodeCount = Annotated[int, Field(ge=1, le=MAX_NODES)]  # an autoscaled pool's ceiling
@@ -42,7 +46,7 @@ class Gpu(_Model):
 
 class NodePool(_Model):
     name: str = Field(min_length=1, max_length=40, pattern=POOL_NAME_PATTERN)
-    role: Literal["GPU", "CPU"]
+    role: Literal["GPU", "CPU", "System"]
     instance_type: str = Field(alias="instanceType", min_length=1, max_length=63)
     gpu: Gpu | None = None
     node_count: NodeCount = Field(1, alias="nodeCount")
@@ -88,4 +92,29 @@ class CoreWeaveClusterSpec(_Model):
             if pool.name in seen:
                 raise InvalidInput(f"{at}.name", f"node pool names must be unique: {pool.name!r}")
             seen.add(pool.name)
+        for i, pool in enumerate(self.node_pools):
+            if pool.name == SYSTEM_POOL_NAME and self.system_pool() is not None:
+                raise InvalidInput(
+                    f"spec.nodePools[{i}].name",
+                    f"{SYSTEM_POOL_NAME!r} names the default System pool: give this pool role "
+                    "System to replace it, or another name",
+                )
         return self
+
+    def system_pool(self) -> NodePool | None:
+        """The default System pool, unless the spec declares a pool of role System."""
+        if any(pool.role == "System" for pool in self.node_pools):
+            return None
+        return NodePool.model_validate(
+            {
+                "name": SYSTEM_POOL_NAME,
+                "role": "System",
+                "instanceType": SYSTEM_POOL_INSTANCE_TYPE,
+                "nodeCount": SYSTEM_POOL_NODES,
+            }
+        )
+
+    def pools(self) -> list[NodePool]:
+        """Every pool the cluster gets: the declared ones and the default System pool."""
+        system = self.system_pool()
+        return [*self.node_pools, *([system] if system else [])]

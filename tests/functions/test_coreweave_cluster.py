@@ -20,6 +20,8 @@ from google.protobuf import json_format
 from functions.coreweave_cluster import fn
 from functions.coreweave_cluster import resources as r
 from plnt import conditions, labels, xp
+from plnt.models.coreweave_cluster import CoreWeaveClusterSpec
+from plnt.xp import InvalidInput
 from plnt_host import runtime
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -28,6 +30,7 @@ READY = REPO / "examples" / "coreweave-cluster-ready"
 INVALID = REPO / "tests" / "invalid" / "coreweaveclusters"
 TOKEN = "CW-SECRET-3f9d2a7c41b8e065d1c4a9f27b30e8d5-EXAMPLE-NOT-REAL"
 CPU_NODEPOOL = "nodepool-cpu"
+SYSTEM_NODEPOOL = "nodepool-system"
 GPU_NODEPOOL = "nodepool-gpu-rtxp6000"
 
 
@@ -175,7 +178,13 @@ def test_seed_example_composes_only_vpc_and_cks_cluster() -> None:
             "nodePoolName": "gpu-rtxp6000",
             "instanceType": "rtxp6000-8x",
             "ready": False,
-        }
+        },
+        {
+            "name": "system",
+            "nodePoolName": "system",
+            "instanceType": "cd-gp-a192-genoa",
+            "ready": False,
+        },
     ]
     assert "secrets" not in status(rsp)
 
@@ -230,6 +239,7 @@ def test_ready_example_composes_access_pools_and_storage_class() -> None:
             fn.PROVIDER_CONFIG,
             CPU_NODEPOOL,
             GPU_NODEPOOL,
+            SYSTEM_NODEPOOL,
             fn.SHARED_VAST,
             fn.STORAGE_CLASS,
         ]
@@ -292,6 +302,37 @@ def test_node_pool_labels_and_taints(pool: str, labels_: dict, taint: dict) -> N
     spec = manifest(run(xr, observed, required), pool)["spec"]
     assert spec["nodeLabels"] == labels_
     assert spec["nodeTaints"] == [taint]
+
+
+def test_a_default_system_pool_runs_add_ons_untainted() -> None:
+    """Seed 004: pools for GPU inference and for system workloads. Add-ons that tolerate no
+    taint (CoreDNS, metrics, controllers) need a pool with none."""
+    xr, observed, required = scenario(READY)
+    system = manifest(run(xr, observed, required), SYSTEM_NODEPOOL)
+    assert system["metadata"]["name"] == "system"
+    assert system["spec"]["nodeTaints"] == []
+    assert system["spec"]["nodeLabels"] == {labels.POOL: "system", "modelplane.ai/system": "true"}
+    assert system["spec"]["instanceType"] == "cd-gp-a192-genoa"
+    assert (system["spec"]["targetNodes"], system["spec"]["autoscaling"]) == (2, False)
+
+
+def test_a_declared_system_pool_replaces_the_default() -> None:
+    xr, observed, required = scenario(READY)
+    xr = copy.deepcopy(xr)
+    mine = {"name": "addons", "role": "System", "instanceType": "turin-gp", "nodeCount": 3}
+    xr["spec"]["nodePools"].append(mine)
+    out = desired(run(xr, observed, required))
+    assert SYSTEM_NODEPOOL not in out
+    spec = out["nodepool-addons"]["spec"]["forProvider"]["manifest"]["spec"]
+    assert (spec["instanceType"], spec["targetNodes"], spec["nodeTaints"]) == ("turin-gp", 3, [])
+
+
+def test_a_pool_named_system_must_be_the_system_pool() -> None:
+    xr, _, _ = scenario(READY)
+    xr = copy.deepcopy(xr)
+    xr["spec"]["nodePools"].append({"name": "system", "role": "CPU", "instanceType": "turin-gp"})
+    with pytest.raises(InvalidInput, match="default System pool"):
+        CoreWeaveClusterSpec.model_validate(xr["spec"])
 
 
 def test_node_pools_carry_instance_type_and_the_pool_name_verbatim() -> None:
@@ -434,7 +475,7 @@ def test_everything_ready_makes_provisioned_true() -> None:
     cond = provisioned(rsp)
     assert cond.status == fnv1.STATUS_CONDITION_TRUE
     assert cond.reason == conditions.AVAILABLE
-    assert [p["ready"] for p in status(rsp)["nodePools"]] == [True, True]
+    assert [p["ready"] for p in status(rsp)["nodePools"]] == [True, True, True]
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import pathlib
 import re
 
@@ -543,16 +544,32 @@ def test_replicas_start_at_min_and_keep_what_the_autoscaler_set_within_bounds(
     assert desired(run(seed(), observed))["model-deployment"]["spec"]["replicas"] == want
 
 
-def test_workflow_run_id_is_r_and_ten_hex_of_uid_and_generation() -> None:
-    first = status(run(seed()))["workflowRunId"]
+def test_workflow_run_id_is_r_and_ten_hex_of_uid_and_the_users_spec() -> None:
+    xr = seed()
+    first = status(run(xr))["workflowRunId"]
     assert re.fullmatch(r"r-[0-9a-f]{10}", first)
-    assert first == "r-" + hashlib.sha256(f"{UID}1".encode()).hexdigest()[:10]
+    canonical = json.dumps(xr["spec"], sort_keys=True, separators=(",", ":"))
+    assert first == "r-" + hashlib.sha256(f"{UID}{canonical}".encode()).hexdigest()[:10]
     assert status(run(seed()))["workflowRunId"] == first, "stable across reconciles"
-    updated = seed()
-    updated["metadata"]["generation"] = 2
-    second = status(run(updated))
+    # Crossplane writes spec.crossplane (refs to what it composed) and bumps the generation:
+    # no fresh run, while observedGeneration still follows the object
+    written = seed()
+    written["metadata"]["generation"] = 4
+    written["spec"]["crossplane"] = {
+        "compositionRef": {"name": "workflowruns"},
+        "resourceRefs": [{"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelService"}],
+    }
+    by_crossplane = status(run(written))
+    assert by_crossplane["workflowRunId"] == first
+    assert by_crossplane["observedGeneration"] == 4
+    written["spec"]["crossplane"]["resourceRefs"] = []  # a composed resource removed
+    assert status(run(written))["workflowRunId"] == first
+    # the user's edit is a fresh run, and editing back is the first run's id again
+    edited = seed(trafficPercent=20)
+    edited["metadata"]["generation"] = 5
+    second = status(run(edited))
     assert second["workflowRunId"] != first, "a spec update is a fresh run"
-    assert second["observedGeneration"] == 2
+    assert second["observedGeneration"] == 5
     other = seed()
     other["metadata"]["uid"] = "another-uid"
     assert status(run(other))["workflowRunId"] != first
@@ -607,7 +624,9 @@ def test_every_phase_of_a_passing_rollout_is_written_once(previous, want, ttl_ms
     )
     st = xp.to_dict(rsp.desired.composite.resource)["status"]
     assert st["phase"] == want
-    assert st["endpoint"] == "http://203.0.113.50/default/llama-3.1-70b-instruct"
+    # a first rollout (no endpoint written yet) reports one only from Promoting on
+    url = "http://203.0.113.50/default/llama-3.1-70b-instruct"
+    assert st.get("endpoint") == (url if want in ("Promoting", "Ready") else None)
     assert rsp.meta.ttl.ToMilliseconds() == ttl_ms
 
 
@@ -974,6 +993,8 @@ def test_the_first_rollout_is_tested_before_it_takes_traffic_and_updates_are_fre
 
     # a change that leaves the pods as they are: the serving revision is re-tested in place
     budgets = update(lambda spec: spec["canary"]["smokeTest"].update(ttftBudgetMs=200))
+    r3 = budgets.xr["status"]["workflowRunId"]
+    assert r3 not in (r1, r2), "each distinct spec is its own run"
     md_after = _child(budgets)
     assert md_after.xr["status"]["revisions"] == {"stable": rev, "canary": rev}
     assert md_after.xr["status"]["canary"]["trafficPercent"] == 100
@@ -981,7 +1002,7 @@ def test_the_first_rollout_is_tested_before_it_takes_traffic_and_updates_are_fre
     cond = {c["type"]: c for c in md_after.xr["status"]["conditions"]}["Canary"]
     assert (cond["reason"], cond["message"]) == (
         "AwaitingVerdict",
-        f"revision {rev} serves unchanged while the latency gate re-tests it in run {r2}",
+        f"revision {rev} serves unchanged while the latency gate re-tests it in run {r3}",
     )
     gate_cond = {c["type"]: c for c in md_after.xr["status"]["conditions"]}["CanaryGate"]
     assert (gate_cond["reason"], gate_cond["message"]) == (
@@ -1078,3 +1099,85 @@ def test_the_service_follows_the_deployments_revisions_so_a_canary_wakes_it() ->
         "plnt.work/canary-revision": "b",
     }
     assert service_annotations({"stable": "b"}) == {"plnt.work/stable-revision": "b"}
+
+
+# --- the first rollout's sequence, each reconcile reading back what the last one wrote ----------
+
+_SEED_SEQUENCE = ["Validating", "PullingWeights", "Deploying", "SmokeTesting", "Promoting", "Ready"]
+_PASS = {"revision": "b", "state": "Measured", "verdict": "Pass"}
+_PROMOTED = {"type": "Canary", "status": "True", "reason": "Promoted"}
+_NOT_ROUTED = {
+    "status": {
+        "url": _URL,
+        "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "Routed", "status": "False", "message": "a first rollout waits"},
+        ],
+    }
+}
+
+
+def _children(stage: int, run_id: str) -> dict[str, dict]:
+    """What the children report at each step of a first rollout: 0 nothing composed yet,
+    1 replicas created (not staging), 2 staging weights, 3 engine starting, 4 ready and measured,
+    5 the verdict, 6 promoted (service not following yet), 7 routed."""
+    if stage == 0:
+        return {}
+    first, starting = {"canary": "b"}, {"state": "Waiting"}
+    md = {
+        1: lambda: _md(first, starting, _SCHEDULED, _WAITING, _AWAITING, run_id=run_id),
+        2: lambda: _md(first, starting, _SCHEDULED, _PULLING, _AWAITING, run_id=run_id),
+        3: lambda: _md(first, starting, _SCHEDULED, _WAITING, _AWAITING, run_id=run_id),
+        4: lambda: _md(
+            first,
+            {"revision": "b", "state": "Measuring"},
+            _SCHEDULED,
+            _READY,
+            _AWAITING,
+            run_id=run_id,
+        ),
+        5: lambda: _md(first, _PASS, _SCHEDULED, _READY, _AWAITING, run_id=run_id),
+        6: lambda: _md({"stable": "b"}, _PASS, _SCHEDULED, _READY, _PROMOTED, run_id=run_id),
+        7: lambda: _md({"stable": "b"}, None, _SCHEDULED, _READY, _PROMOTED, run_id=run_id),
+    }[stage]()
+    service = copy.deepcopy(_following(_ROUTED_SERVICE, md) if stage == 7 else _NOT_ROUTED)
+    kinds = fn.COMPOSED_KINDS
+    md["apiVersion"], md["kind"] = kinds[fn.DEPLOYMENT]
+    service["apiVersion"], service["kind"] = kinds[fn.SERVICE]
+    service["metadata"] = {"name": "llama"}
+    return {fn.DEPLOYMENT: md, fn.SERVICE: service}
+
+
+def _interleavings() -> list[tuple[int, ...]]:
+    """Every order in which reconciles can see the children's steps: each of steps 1-6 is seen
+    by no reconcile, one, or two (the children can move any number of steps between two
+    reconciles, or none); step 0 is the first reconcile's and 7 the last."""
+    import itertools
+
+    out = []
+    for counts in itertools.product((0, 1, 2), repeat=6):
+        seen = [0]
+        for stage, n in zip(range(1, 7), counts, strict=True):
+            seen += [stage] * n
+        out.append((*seen, 7))
+    return out
+
+
+@pytest.mark.parametrize("chunk", range(9))
+def test_a_first_rollout_writes_exactly_the_seeds_sequence_whatever_lands_between(chunk) -> None:
+    """Each reconcile's written status becomes the next one's observed XR; the children's
+    steps land between reconciles in every way they can. kubectl's sequence (the phase each
+    time it changes) must be the seed's, no more and no less."""
+    runs = _interleavings()[chunk::9]
+    for seen in runs:
+        xr, written, run_id = seed(), [], None
+        for stage in [*seen, 7, 7, 7, 7]:  # the last step stays observed until it settles
+            rsp = run(xr, _children(stage, run_id or ""))
+            st = status(rsp)
+            run_id = st["workflowRunId"]
+            if not written or written[-1] != st["phase"]:
+                written.append(st["phase"])
+            xr = copy.deepcopy(xr)
+            xr["status"] = st
+        assert written == _SEED_SEQUENCE, (seen, written)
+    assert len(_interleavings()) == 3**6
