@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: setup preview test lint bench fuzz dev package clean
+.PHONY: setup preview test lint bench fuzz dev package clean vendor
 
 setup:
 	@hack/setup.sh
@@ -43,6 +43,10 @@ bench: setup
 
 fuzz: setup
 	PLNT_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q tests/fuzz tests/cel
+
+## Re-copy the vendored CRDs and seeds from ../shared (or SRC=dir) and rewrite third_party/SOURCES.
+vendor:
+	python3 hack/vendor.py refresh $(SRC)
 
 clean:
 	rm -rf .venv .tools build dist
