@@ -8,8 +8,10 @@ setup:
 	@hack/setup.sh
 
 ## Full local preview of every example: no cluster needed.
-preview: setup
-	@.venv/bin/plnt render --tree --all examples
+## Runtime dependencies only (no Go build, no dev extras); summary on screen, YAML in build/.
+preview:
+	@hack/setup.sh runtime
+	@.venv/bin/python hack/preview.py
 
 ## Lint and the whole test suite, with the real Crossplane CLI, Prometheus and kube-apiserver.
 test: setup
