@@ -2,14 +2,16 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: setup preview test lint bench fuzz dev package clean
+.PHONY: setup preview test lint bench fuzz dev package clean vendor
 
 setup:
 	@hack/setup.sh
 
 ## Full local preview of every example: no cluster needed.
-preview: setup
-	@.venv/bin/plnt render --tree --all examples
+## Runtime dependencies only (no Go build, no dev extras); summary on screen, YAML in build/.
+preview:
+	@hack/setup.sh runtime
+	@.venv/bin/python hack/preview.py
 
 ## Lint and the whole test suite, with the real Crossplane CLI, Prometheus and kube-apiserver.
 test: setup
@@ -43,6 +45,10 @@ bench: setup
 
 fuzz: setup
 	PLNT_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q tests/fuzz tests/cel
+
+## Re-copy the vendored CRDs and seeds from ../shared (or SRC=dir) and rewrite third_party/SOURCES.
+vendor:
+	python3 hack/vendor.py refresh $(SRC)
 
 clean:
 	rm -rf .venv .tools build dist

@@ -8,10 +8,11 @@ python="${PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
   "$python" -m venv .venv
 fi
-stamp=.venv/.plnt-installed
-if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# `hack/setup.sh runtime` (make preview): plnt's runtime dependencies only, no Crossplane CLI.
+extras="[dev]"; stamp=.venv/.plnt-installed
+if [[ "${1:-}" == runtime ]]; then extras=""; stamp=.venv/.plnt-runtime; fi
+if [[ ! -f .venv/.plnt-installed && ( ! -f "$stamp" || pyproject.toml -nt "$stamp" ) ]]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
   touch "$stamp"
 fi
-hack/install-crossplane.sh
+[[ "${1:-}" == runtime ]] || hack/install-crossplane.sh

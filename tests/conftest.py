@@ -10,7 +10,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-SHARED_CRDS = REPO.parent / "shared" / "crds"
+SHARED_CRDS = REPO / "third_party" / "crds"  # vendored: third_party/SOURCES
 CRANK = REPO / ".tools" / "bin" / "crank"
 
 # `make test` runs pytest with `--dist loadgroup`: each xdist group runs on one worker, in file

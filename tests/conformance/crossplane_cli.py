@@ -9,11 +9,11 @@ from typing import Any
 from plnt_host import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SHARED_CRDS = REPO.parent / "shared" / "crds"
+SHARED_CRDS = REPO / "third_party" / "crds"  # vendored: third_party/SOURCES
 # `beta validate` always wants Crossplane's own CRDs from a package image. We seed its cache
 # instead of downloading: the XRD and Composition CRDs of Crossplane v2.3.0, the version plnt
 # requires (its XRDs declare a scale subresource, new in v2.3), taken from that module in the
-# Go module cache by hack/install-controlplane.sh; the Function CRD from ../shared/crds.
+# Go module cache by hack/install-controlplane.sh; the Function CRD from third_party/crds.
 CROSSPLANE_VERSION = "v2.3.0"
 CROSSPLANE_IMAGE = f"xpkg.crossplane.io/crossplane/crossplane:{CROSSPLANE_VERSION}"
 MODULE_CRDS = REPO / ".tools" / "crds" / "crossplane"

@@ -116,7 +116,7 @@ def schemaless_crd(group: str, version: str, kind: str, scope: str) -> dict[str,
 
 
 # CKS's NodePool CRD is CoreWeave's own; kgateway-crds installs GatewayParameters (among
-# others). Neither schema is in ../shared/crds.
+# others). Neither schema is in third_party/crds.
 NODEPOOL_CRD = schemaless_crd("compute.coreweave.com", "v1alpha1", "NodePool", "Cluster")
 CHART_CRDS = {
     "kgateway-crds": [

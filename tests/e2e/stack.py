@@ -42,7 +42,7 @@ from tests.e2e.images import ImageFunctions
 from tests.e2e.kube import CA, LATENCY_NICE, APIServer, Processes, wait_for
 from tests.reconcile.apiserver import REPO, TOOLS, free_port
 
-SHARED_CRDS = REPO.parent / "shared" / "crds"
+SHARED_CRDS = REPO / "third_party" / "crds"  # vendored: third_party/SOURCES
 TOOL_CRDS = REPO / ".tools" / "crds"
 CROSSPLANE_CORE = TOOLS / "crossplane-core"
 PROVIDER_KUBERNETES = TOOLS / "provider-kubernetes"
@@ -92,7 +92,7 @@ WORKLOAD_CONTROLLERS = ",".join(
 
 # Crossplane, provider-kubernetes and plnt's functions: which CRDs the management cluster needs
 # beyond Crossplane's own. provider-coreweave and provider-helm cannot run here; their CRDs
-# come from ../shared/crds, and the simulator plays their controllers.
+# come from third_party/crds, and the simulator plays their controllers.
 MANAGEMENT_CRDS = (
     "helm.m.crossplane.io_releases.yaml",
     "helm.m.crossplane.io_providerconfigs.yaml",

@@ -3,7 +3,7 @@
 Deployments, Services, ConfigMaps, Namespaces, PVCs, Jobs, RBAC objects, ResourceClaimTemplates
 and the pod templates inside LeaderWorkerSets go through Kubernetes' own strict decoding and
 validation (tests/k8svalidate, k8s.io/kubernetes v1.37); LeaderWorkerSets, HTTPRoutes and
-InferencePools through `crossplane beta validate` against ../shared/crds. The XRDs' schemas go
+InferencePools through `crossplane beta validate` against third_party/crds. The XRDs' schemas go
 through the API server's CRD validation, which compiles their CEL rules and bounds their cost.
 """
 

@@ -28,7 +28,7 @@ import jsonschema
 import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SHARED_CRDS = REPO.parent / "shared" / "crds"
+SHARED_CRDS = REPO / "third_party" / "crds"  # vendored: third_party/SOURCES
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

@@ -12,7 +12,7 @@ hold. Properties:
   Fatal result naming a `spec` field, or (WorkflowRun, whose phase Failed must reach the live
   object) a Valid condition False with reason InvalidSpec naming one;
 - input the schema accepts and the function composes from yields a status its XRD accepts and
-  desired resources that pass the schemas we have (our XRDs and the CRDs in ../shared/crds,
+  desired resources that pass the schemas we have (our XRDs and the CRDs in third_party/crds,
   for provider-kubernetes Objects also the manifest inside) and ObjectMeta validation.
   Input the schema accepts may still get a Fatal: the XRD's CEL rules are not evaluated here.
 
