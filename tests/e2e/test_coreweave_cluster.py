@@ -85,8 +85,11 @@ def test_seed_coreweave_cluster_provisions_node_pools(plane) -> None:
     # The NodePool is in the CKS cluster's own API server, named as the seed's pool.
     workload = plane.workloads[plane.simulator.cks_clusters[("platform", "inference-us-east-04")]]
     pools = workload.list("compute.coreweave.com/v1alpha1", "NodePool")
-    assert [p["metadata"]["name"] for p in pools] == ["gpu-rtxp6000"]
-    pool = pools[0]["spec"]
+    # Beside the seed's GPU pool, the untainted System pool for cluster add-ons.
+    by_name = {p["metadata"]["name"]: p["spec"] for p in pools}
+    assert sorted(by_name) == ["gpu-rtxp6000", "system"]
+    assert not by_name["system"].get("nodeTaints")
+    pool = by_name["gpu-rtxp6000"]
     assert pool["instanceType"] == "rtxp6000-8x"
     assert (pool["autoscaling"], pool["targetNodes"], pool["maxNodes"]) == (True, 1, 2)
 
