@@ -47,7 +47,7 @@ GATE_FAILED = "GateFailed"  # ReplicasScheduled: a first rollout failed, nothing
 
 
 NAMESPACE_REQUIREMENT = "namespace"
-QUOTA_LEDGERS_REQUIREMENT = "quota-ledgers"
+QUOTA_LEDGERS_REQUIREMENT = xp.QUOTA_LEDGERS_REQUIREMENT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,15 +64,7 @@ def tenancy_inputs(
 ) -> Tenant | None:
     """Its Namespace (by name) and the binder's quota ledgers; None until Crossplane answered."""
     ns = xp.require(req, rsp, NAMESPACE_REQUIREMENT, "v1", "Namespace", match_name=namespace)
-    ledgers = xp.require(
-        req,
-        rsp,
-        QUOTA_LEDGERS_REQUIREMENT,
-        "v1",
-        "ConfigMap",
-        match_labels={tenancy.QUOTA_LEDGER_LABEL: "true"},
-        namespace=binding.LEDGER_NAMESPACE,
-    )
+    ledgers = xp.require_quota_ledgers(req, rsp)
     if ns is None or ledgers is None:
         return None
     quotas, _ = tenancy.quota_ledgers_of(ledgers, binding.LEDGER_NAMESPACE)

@@ -59,7 +59,7 @@ from plnt.models.model_replica import ModelReplicaSpec, ReplicaEngine, check_eng
 
 CACHE_REQUIREMENT = "model-cache"
 LEDGER_REQUIREMENT = "ledger"
-QUOTA_LEDGERS_REQUIREMENT = "quota-ledgers"
+QUOTA_LEDGERS_REQUIREMENT = xp.QUOTA_LEDGERS_REQUIREMENT
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -94,15 +94,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         match_name=binding.ledger_name(spec.cluster_name),
         namespace=binding.LEDGER_NAMESPACE,
     )
-    quota_ledgers = xp.require(
-        req,
-        rsp,
-        QUOTA_LEDGERS_REQUIREMENT,
-        "v1",
-        "ConfigMap",
-        match_labels={tenancy.QUOTA_LEDGER_LABEL: "true"},
-        namespace=binding.LEDGER_NAMESPACE,
-    )
+    quota_ledgers = xp.require_quota_ledgers(req, rsp)
     if clusters is None or caches is None or ledgers is None or quota_ledgers is None:
         return rsp  # Crossplane calls again with the required resources
     cluster = clusters[0] if clusters else None
