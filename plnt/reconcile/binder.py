@@ -24,15 +24,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
+import pydantic
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from plnt import binding, contracts, fleet_view, tenancy
 from plnt.reconcile import ledger as ledgers
 from plnt.reconcile.kube import api_map
+
+LedgerT = TypeVar("LedgerT", bound=pydantic.BaseModel)
 
 log = logging.getLogger(__name__)
 
@@ -86,22 +89,14 @@ class Binder:
     def read_ledgers(self, clusters: set[str]) -> dict[str, tuple[ledgers.Ledger, str | None]]:
         """Every ledger in one list call (a pass costs the same on 1 or 1,000 clusters); a
         cluster without one gets an empty ledger and None."""
-        listed = self.core.list_namespaced_config_map(
-            self.namespace, label_selector=f"{LEDGER_LABEL}=true"
+        return self._list_ledgers(
+            clusters,
+            label=LEDGER_LABEL,
+            data_key=ledgers.DATA_KEY,
+            model=ledgers.Ledger,
+            key_field="cluster",
+            name_of=ledger_name,
         )
-        out: dict[str, tuple[ledgers.Ledger, str | None]] = {
-            c: (ledgers.Ledger(cluster=c), None) for c in clusters
-        }
-        for cm in listed.items:
-            raw = (cm.data or {}).get(ledgers.DATA_KEY) or "{}"
-            try:
-                parsed = ledgers.Ledger.model_validate_json(raw)
-            except ValueError:
-                log.warning("ConfigMap %s is not a ledger; ignored", _meta(cm).name)
-                continue
-            if parsed.cluster in clusters and _meta(cm).name == ledger_name(parsed.cluster):
-                out[parsed.cluster] = (parsed, _meta(cm).resource_version)
-        return out
 
     def read_ledger(self, cluster: str) -> tuple[ledgers.Ledger, str | None]:
         """The ledger and its resourceVersion; an empty one and None when there is none yet."""
@@ -121,21 +116,44 @@ class Binder:
         self, quotas: set[str]
     ) -> dict[str, tuple[tenancy.QuotaLedger, str | None]]:
         """Every quota ledger in one list call; a quota without one gets an empty one and None."""
-        listed = self.core.list_namespaced_config_map(
-            self.namespace, label_selector=f"{tenancy.QUOTA_LEDGER_LABEL}=true"
+        return self._list_ledgers(
+            quotas,
+            label=tenancy.QUOTA_LEDGER_LABEL,
+            data_key=tenancy.QUOTA_DATA_KEY,
+            model=tenancy.QuotaLedger,
+            key_field="quota",
+            name_of=tenancy.quota_ledger_name,
         )
-        out: dict[str, tuple[tenancy.QuotaLedger, str | None]] = {
-            q: (tenancy.QuotaLedger(quota=q), None) for q in quotas
+
+    def _list_ledgers(
+        self,
+        keys: set[str],
+        *,
+        label: str,
+        data_key: str,
+        model: type[LedgerT],
+        key_field: str,
+        name_of: Callable[[str], str],
+    ) -> dict[str, tuple[LedgerT, str | None]]:
+        """The ledgers labelled `label`, by key, with their resourceVersions. A ConfigMap that
+        does not parse, or sits under another ledger's name, is ignored: tenants cannot write in
+        this namespace, so it is an operator's mistake, not an attack."""
+        listed = self.core.list_namespaced_config_map(
+            self.namespace, label_selector=f"{label}=true"
+        )
+        out: dict[str, tuple[LedgerT, str | None]] = {
+            k: (model.model_validate({key_field: k}), None) for k in keys
         }
         for cm in listed.items:
-            raw = (cm.data or {}).get(tenancy.QUOTA_DATA_KEY) or "{}"
+            raw = (cm.data or {}).get(data_key) or "{}"
             try:
-                parsed = tenancy.QuotaLedger.model_validate_json(raw)
+                parsed = model.model_validate_json(raw)
             except ValueError:
-                log.warning("ConfigMap %s is not a quota ledger; ignored", _meta(cm).name)
+                log.warning("ConfigMap %s is not a %s; ignored", _meta(cm).name, model.__name__)
                 continue
-            if parsed.quota in quotas and _meta(cm).name == tenancy.quota_ledger_name(parsed.quota):
-                out[parsed.quota] = (parsed, _meta(cm).resource_version)
+            key = getattr(parsed, key_field)
+            if key in keys and _meta(cm).name == name_of(key):
+                out[key] = (parsed, _meta(cm).resource_version)
         return out
 
     def read_quota_ledger(self, quota: str) -> tuple[tenancy.QuotaLedger, str | None]:
