@@ -40,7 +40,10 @@ Deploying, the phase is Deploying for one reconcile; coming from Deploying to a 
 smoke test while the gate holds this run's Pass verdict (or in a first rollout, whose
 revision takes no traffic before it passed), it is SmokeTesting for one reconcile
 (its message gives the verdict); coming from SmokeTesting to Ready, it is Promoting for one
-reconcile. The function asks to be called again in a second
+reconcile. Until a rollout is Ready its phase never steps back along PullingWeights,
+Deploying, SmokeTesting, Promoting: a replica that reports not ready again after a later step
+was written (its pod restarted, or a child's status lags) stays under the step reached, and
+the message says what it waits for. The function asks to be called again in a second
 each time. `kubectl get workflowrun -w` so always shows the seed's sequence; a restart changes
 nothing, since the last phase is read back from the object.
 
@@ -80,6 +83,18 @@ PHASES = (
 
 CANARY = conditions.CANARY
 _PAST_PULLING = (DEPLOYING, SMOKE_TESTING, PROMOTING, READY)
+# the seed's steps of a first rollout, in order
+_STEPS = (PULLING_WEIGHTS, DEPLOYING, SMOKE_TESTING, PROMOTING)
+_HOLD = {
+    DEPLOYING: "the engines are starting; ",
+    SMOKE_TESTING: "the latency gate has measured or measures this revision; ",
+    PROMOTING: "the revision passed the latency gate; ",
+}
+
+
+def _step(phase: str | None) -> int:
+    """1-based position among a first rollout's steps; 0 for any other phase."""
+    return _STEPS.index(phase) + 1 if phase in _STEPS else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +185,12 @@ def derive(
             f"the latency gate measured revision {gate.revision}: Pass; promoting it",
             held,
         )
+    reached = previous or ""
+    if reached in _HOLD and _step(reached) > _step(phase.name) > 0:
+        # a rollout only moves forward along the seed's steps until it is Ready: a replica
+        # that reports not ready again (its pod restarted, or a child's status lags a
+        # reconcile) is told in the message, under the step already reached
+        return Phase(reached, _HOLD[reached] + phase.message, held)
     if phase.name == READY and previous == SMOKE_TESTING:
         stable = (_status(deployment).get("revisions") or {}).get("stable")
         return Phase(

@@ -1139,6 +1139,8 @@ def _children(stage: int, run_id: str) -> dict[str, dict]:
         5: lambda: _md(first, _PASS, _SCHEDULED, _READY, _AWAITING, run_id=run_id),
         6: lambda: _md({"stable": "b"}, _PASS, _SCHEDULED, _READY, _PROMOTED, run_id=run_id),
         7: lambda: _md({"stable": "b"}, None, _SCHEDULED, _READY, _PROMOTED, run_id=run_id),
+        # promoted, then its replica's pod restarts and stages its weights again (seen live)
+        8: lambda: _md({"stable": "b"}, None, _SCHEDULED, _PULLING, _STABLE, run_id=run_id),
     }[stage]()
     service = copy.deepcopy(_following(_ROUTED_SERVICE, md) if stage == 7 else _NOT_ROUTED)
     kinds = fn.COMPOSED_KINDS
@@ -1146,6 +1148,40 @@ def _children(stage: int, run_id: str) -> dict[str, dict]:
     service["apiVersion"], service["kind"] = kinds[fn.SERVICE]
     service["metadata"] = {"name": "llama"}
     return {fn.DEPLOYMENT: md, fn.SERVICE: service}
+
+
+_STABLE = {"type": "Canary", "status": "True", "reason": "Stable"}
+
+
+def _regressions() -> list[tuple[int, ...]]:
+    """The forward steps with, after each step from staging on, the children reporting an
+    earlier state for one or two reconciles: not staging, staging, engine starting, or
+    promoted with its replica staging again."""
+    out = []
+    for after in range(2, 7):
+        for back in (1, 2, 3, 8):
+            for times in (1, 2):
+                forward = list(range(after + 1))
+                out.append((*forward, *[back] * times, *range(after, 7), 7))
+    return out
+
+
+def test_a_first_rollout_never_steps_back_when_a_child_reports_an_earlier_state() -> None:
+    """Live, a promoted first revision's replica reported its weights staging again, and the
+    WorkflowRun walked PullingWeights, Deploying, SmokeTesting, Promoting a second time: the
+    first rollout's sequence must stay the seed's whatever a child reports late."""
+    for seen in _regressions():
+        xr, written, run_id = seed(), [], None
+        for stage in [*seen, 7, 7, 7, 7]:
+            rsp = run(xr, _children(stage, run_id or ""))
+            st = status(rsp)
+            run_id = st["workflowRunId"]
+            if not written or written[-1] != st["phase"]:
+                written.append(st["phase"])
+            xr = copy.deepcopy(xr)
+            xr["status"] = st
+        assert written == _SEED_SEQUENCE, (seen, written)
+    assert len(_regressions()) == 5 * 4 * 2
 
 
 def _interleavings() -> list[tuple[int, ...]]:
