@@ -22,3 +22,6 @@ hack/install-controlplane.sh
 # The package-install e2e test serves a loopback OCI registry with go-containerregistry's crane
 # (built from the Go module proxy into .tools/bin).
 hack/install-crane.sh
+# The e2e workload clusters' kwok (Nodes and pod lifecycle) and LeaderWorkerSet controller, built
+# from the Go module proxy into .tools/bin (kube-scheduler comes with kube-apiserver above).
+hack/install-workload-tools.sh

@@ -65,9 +65,10 @@ def missing() -> list[str]:
 
 # The Kubernetes binaries the tests run, all built from one k8s.io/kubernetes module so the Go
 # build cache is shared: kube-apiserver (reconciler and e2e tests), kube-controller-manager
-# (the e2e control plane's garbage collector and namespace controller) and kubectl (the e2e
+# (the e2e control plane's garbage collector and namespace controller), kube-scheduler (binds
+# the e2e workload clusters' pods and allocates their DRA ResourceClaims) and kubectl (the e2e
 # tests drive the live control plane with it, as users do).
-KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kubectl")
+KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
 
 def _install_etcd() -> None:
@@ -120,7 +121,9 @@ def install() -> None:
             f"module plntkas\n\ngo 1.26\n\nrequire k8s.io/kubernetes {KUBE_VERSION}\n\n"
             f"replace (\n{replaces}\n)\n"
         )
-        imports = "".join(f'\t_ "k8s.io/kubernetes/cmd/{b}/app"\n' for b in KUBE_BINARIES[:2])
+        imports = "".join(
+            f'\t_ "k8s.io/kubernetes/cmd/{b}/app"\n' for b in KUBE_BINARIES if b != "kubectl"
+        )
         (pathlib.Path(work) / "main.go").write_text(
             f'package main\n\nimport (\n{imports}\t_ "k8s.io/kubectl/pkg/cmd"\n)\n\n'
             "func main() {}\n"
