@@ -38,7 +38,9 @@ loading what it staged report alike);
 coming from PullingWeights to a phase past
 Deploying, the phase is Deploying for one reconcile; coming from Deploying to a phase past the
 smoke test while the gate holds this run's Pass verdict (or in a first rollout, whose
-revision takes no traffic before it passed), it is SmokeTesting for one reconcile
+revision takes no traffic before it passed), it is SmokeTesting for one reconcile, and so it is
+coming from Validating or Pending in an update whose canary passed before the run's next
+reconcile
 (its message gives the verdict); coming from SmokeTesting to Ready, it is Promoting for one
 reconcile. Until a rollout is Ready its phase never steps back along PullingWeights,
 Deploying, SmokeTesting, Promoting: a replica that reports not ready again after a later step
@@ -179,7 +181,8 @@ def derive(
             "the weights are staged and the engine has started; the latency gate measures it",
             held,
         )
-    if phase.name in (PROMOTING, READY) and previous == DEPLOYING and passed:
+    if phase.name in (PROMOTING, READY) and previous in (VALIDATING, PENDING, DEPLOYING) and passed:
+        # an update's canary may be measured and promoted before this run's next reconcile
         return Phase(
             SMOKE_TESTING,
             f"the latency gate measured revision {gate.revision}: Pass; promoting it",

@@ -1217,3 +1217,22 @@ def test_a_first_rollout_writes_exactly_the_seeds_sequence_whatever_lands_betwee
             xr["status"] = st
         assert written == _SEED_SEQUENCE, (seen, written)
     assert len(_interleavings()) == 3**6
+
+
+def test_an_update_measured_and_promoted_between_two_reconciles_still_shows_smoke_testing() -> None:
+    """Live, an update's canary was staged, measured and promoted while the WorkflowRun still
+    said Validating (its ModelDeployment had not reported the run before): kubectl then showed
+    Validating, Promoting, Ready. This run's Pass verdict makes it SmokeTesting for one reconcile
+    first, then Promoting, then Ready."""
+    promoted = _md({"stable": "b"}, _PASS, _SCHEDULED, _READY, _PROMOTED)
+    service = _following(_ROUTED_SERVICE, promoted)
+    written, previous = [], "Validating"
+    for _ in range(4):
+        phase = phases.derive(promoted, service, RUN, previous, first_rollout=False)
+        previous = phase.name
+        written.append(phase.name)
+    assert written == ["SmokeTesting", "Promoting", "Ready", "Ready"]
+    assert phases.derive(promoted, service, RUN, "Validating").endpoint == _URL
+    # a verdict of another run is not this run's pass: nothing to show as measured
+    other = _md({"stable": "b"}, _PASS, _SCHEDULED, _READY, _PROMOTED, run_id="r-other")
+    assert phases.derive(other, service, RUN, "Validating").name == "Validating"
