@@ -4,10 +4,15 @@ No gateway proxy or GPU engine runs here. Each workload cluster's Gateway gets a
 address inside the private network namespace, and this module listens on it (port 80) as the
 gateway's data plane would: a request is routed by the HTTPRoutes that plnt composed on that
 cluster (longest PathPrefix match; no route is a 404), the matched prefix is rewritten away as
-the route's URLRewrite says, and the request is forwarded to an engine. The engines are
-`plnt.gate.fake_server` servers on 127.0.0.1, streaming exactly as vLLM does; which latency a
-replica's engine has is the test's choice (`Engines.policy`), so a test can make one revision
-fast and another slow.
+the route's URLRewrite says, and the request is forwarded to the replica's engine if one of the
+replica's pods is Ready on that cluster (kwok marks them: tests/e2e/workload.py), else answered
+503 as a proxy with no healthy upstream would.
+
+Which engine answers for a replica is the test's choice (`Engines.policy`): `LLAMA_SERVER`,
+llama.cpp's own `llama-server` serving the tiny GGUF the suite generates (tests/engine), so the
+canary gate measures real tokens from a real engine; or a `plnt.gate.fake_server` Behaviour,
+streaming exactly as vLLM does at a chosen latency, for scenarios that need one revision fast
+and another slow (a real engine's latency is not the test's to choose).
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from plnt import labels
 from plnt.gate.fake_server import Behaviour, FakeServer
 from tests.e2e.kube import LATENCY_NICE, APIServer
 
 FAST = Behaviour(ttft_ms=20, tpot_ms=5, tokens=16)
 SLOW = Behaviour(ttft_ms=20, tpot_ms=80, tokens=16)
+LLAMA_SERVER = "llama-server"
+Engine = Behaviour | str  # a fake engine's behaviour, or LLAMA_SERVER
 HTTPROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
 
 
@@ -36,15 +44,20 @@ class Engines:
         self.simulator = simulator
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="plnt-e2e-engines", daemon=True)
-        # (namespace, replica) -> the engine's behaviour; the default is FAST
-        self.policy: Callable[[str, str], Behaviour] = lambda namespace, replica: FAST
+        # (namespace, replica) -> the engine that answers; the default is FAST
+        self.policy: Callable[[str, str], Engine] = lambda namespace, replica: FAST
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.answered_by: collections.Counter[Engine] = collections.Counter()  # chat completions
         self._servers: list[asyncio.AbstractServer] = []
         # per API server: its HTTPRoutes as last listed (the simulator refreshes them twice a
         # second), so no request waits on the API server
         self.routes: dict[str, list[dict[str, Any]]] = {}
+        # per API server: (namespace, replica label value) of every replica with a Ready pod
+        self.ready: dict[str, set[tuple[str, str]]] = {}
         self._engines: dict[Behaviour, FakeServer] = {}
         self._lock = threading.Lock()
+        self._llama = contextlib.ExitStack()
+        self._llama_url: str | None = None
 
     def start(self) -> None:
         self.thread.start()
@@ -60,6 +73,7 @@ class Engines:
                 server.close()
             for engine in self._engines.values():
                 await engine.stop()
+            self._llama.close()  # llama-server, stopped by its process id
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(_close(), self.loop).result(10)
@@ -109,24 +123,54 @@ class Engines:
                     await writer.drain()
                     continue
                 namespace, replica, prefix = route
+                if (namespace, labels.value(replica)) not in self.ready.get(api.name, set()):
+                    payload = b"no healthy upstream"
+                    writer.write(
+                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                        + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                        + payload
+                    )
+                    await writer.drain()
+                    continue
                 rest = "/" + path[len(prefix) :].lstrip("/")
+                engine = self.policy(namespace, replica)
                 if rest.startswith("/v1/chat/completions"):
                     self.requests[(namespace, replica)] += 1
-                engine = await self._engine(self.policy(namespace, replica))
-                await _forward(engine, method, rest, version, headers, body, writer)
+                    self.answered_by[engine] += 1
+                host, port = await self._upstream(engine)
+                await _forward(host, port, method, rest, version, headers, body, writer)
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         finally:
             writer.close()
 
-    async def _engine(self, behaviour: Behaviour) -> FakeServer:
-        if behaviour not in self._engines:
-            self._engines[behaviour] = await FakeServer(behaviour).start()
-        return self._engines[behaviour]
+    async def _upstream(self, engine: Engine) -> tuple[str, int]:
+        if engine == LLAMA_SERVER:
+            url = await self.loop.run_in_executor(None, self.llama_server)
+            host, _, port = url.removeprefix("http://").partition(":")
+            return host, int(port)
+        assert isinstance(engine, Behaviour), engine
+        if engine not in self._engines:
+            self._engines[engine] = await FakeServer(engine).start()
+        return self._engines[engine].host, self._engines[engine].port
+
+    def llama_server(self) -> str:
+        """llama-server's base URL on 127.0.0.1, started on first use with the tiny GGUF."""
+        from tests.engine import llama_server, tiny_gguf
+
+        with self._lock:
+            if self._llama_url is None:
+                logs = self.simulator.plane.dir / "logs"
+                model = tiny_gguf.write(self.simulator.plane.dir / "tiny.gguf")
+                self._llama_url = self._llama.enter_context(
+                    llama_server.serving(model, log=logs / "llama-server.log", nice=LATENCY_NICE)
+                )
+            return self._llama_url
 
 
 async def _forward(
-    engine: FakeServer,
+    host: str,
+    port: int,
     method: str,
     path: str,
     version: str,
@@ -135,7 +179,7 @@ async def _forward(
     writer: asyncio.StreamWriter,
 ) -> None:
     """One request to the engine on a connection of its own; its bytes back as they come."""
-    up_reader, up_writer = await asyncio.open_connection(engine.host, engine.port)
+    up_reader, up_writer = await asyncio.open_connection(host, port)
     try:
         up_writer.write(
             f"{method} {path} {version}\r\n".encode()

@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from tests.e2e import live
+from plnt import fleet_view
+from tests.e2e import live, simulator
 from tests.e2e.stack import REPO, ControlPlane
 
 API = "modelplane.ai/v1alpha1"
@@ -85,10 +86,24 @@ def control_plane_gateway() -> list[dict[str, Any]]:
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
-def apply_existing_cluster(plane: ControlPlane, name: str = CLUSTER, nodes: int = NODES) -> None:
+def apply_existing_cluster(
+    plane: ControlPlane,
+    name: str = CLUSTER,
+    nodes: int = NODES,
+    cluster: dict[str, Any] | None = None,
+) -> None:
+    """A workload cluster with ``nodes`` H100 nodes in pool h100, its kubeconfig Secret, the
+    class and the InferenceCluster (``cluster``, by default `existing_cluster`) that adopts it."""
     workload = plane.workload(name)
+    # its operators installed NVIDIA's DRA driver: its DeviceClass, and each node's GPUs
+    workload.apply(simulator.NVIDIA_DEVICE_CLASS)
     plane.simulator.add_nodes(
-        workload, "h100", nodes, labels={"modelplane.ai/pool": "h100"}, taints=[GPU_TAINT]
+        workload,
+        "h100",
+        nodes,
+        labels={"modelplane.ai/pool": "h100"},
+        taints=[GPU_TAINT],
+        devices=h100_class()["spec"]["devices"],
     )
     kubeconfig = yaml.safe_dump(workload.kubeconfig_doc())
     docs = [
@@ -100,7 +115,7 @@ def apply_existing_cluster(plane: ControlPlane, name: str = CLUSTER, nodes: int 
             "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
         },
         h100_class(),
-        existing_cluster(name, nodes),
+        cluster or existing_cluster(name, nodes),
     ]
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
 
@@ -110,7 +125,26 @@ def ensure(plane: ControlPlane) -> dict[str, Any]:
     if plane.mgmt.get(API, "InferenceCluster", CLUSTER) is None:
         plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(control_plane_gateway()))
         apply_existing_cluster(plane)
-    return live.wait_ready(plane.mgmt, API, "InferenceCluster", CLUSTER, seconds=240)
+    cluster = live.wait_ready(plane.mgmt, API, "InferenceCluster", CLUSTER, seconds=240)
+    wait_in_view(plane, CLUSTER)
+    return cluster
+
+
+def wait_in_view(plane: ControlPlane, name: str, *, ready: bool = True) -> None:
+    """Until the binder's fleet view, which the ModelDeployment function schedules from, shows
+    cluster ``name`` Ready (or, ``ready`` False, no longer has it): a deployment applied
+    before would see a cluster that is not Ready yet (Pending) or one that is gone."""
+
+    def shown() -> bool:
+        views, _ = fleet_view.read(
+            plane.mgmt.list("v1", "ConfigMap", namespace=fleet_view.NAMESPACE)
+        )
+        view = views.get(name)
+        return (view is not None and view.cluster.ready) if ready else view is None
+
+    live.wait_for(
+        shown, 120, f"the fleet view to show cluster {name} {'Ready' if ready else 'gone'}"
+    )
 
 
 def rendered_gpus(plane: ControlPlane, namespace: str) -> dict[str, int]:

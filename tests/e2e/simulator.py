@@ -1,9 +1,11 @@
 """Stand-ins for the controllers that cannot run on this machine, and nothing else.
 
 provider-coreweave and provider-helm cannot be had here (no CoreWeave API, no chart registry),
-no gateway controller or data plane runs, CKS's NodePool controller is CoreWeave's own, and
-there is no kubelet. Each stand-in writes only what its real counterpart writes, read off their
-CRDs' status schemas:
+no gateway controller or data plane runs, and CKS's NodePool controller is CoreWeave's own.
+What a workload cluster runs itself is real (tests/e2e/workload.py): kube-scheduler allocates
+the DRA claims, kwok runs the Nodes and the pods' lifecycle, kube-controller-manager the rest;
+only the GPU driver's ResourceSlices are written for it there. Each stand-in here writes only
+what its real counterpart writes, read off their CRDs' status schemas:
 
 - provider-coreweave: a VPC's and a CKS Cluster's `status.atProvider` and Ready/Synced. A CKS
   Cluster's `apiServerEndpoint` is a workload API server started for it, which authenticates
@@ -17,15 +19,8 @@ CRDs' status schemas:
   private network namespace) and Accepted/Programmed conditions; its data plane is
   `tests/e2e/engines.py`.
 - CKS's NodePool controller: a NodePool's AtTarget condition and node counts, and the pool's
-  Nodes (with the NodePool's labels and taints) as CKS would join them.
-- kube-scheduler (no DRA allocation, no resource accounting): binds a pending pod to a Ready
-  node its nodeSelector matches and whose taints it tolerates, through the binding subresource;
-  a pod that fits no node stays Pending with the PodScheduled=False message the scheduler
-  would give.
-- the kubelet: a bound pod's status, as it starts: init containers (plnt's `stage-weights`
-  downloading the model) running for STAGING_SECONDS, then the containers running and, after
-  ENGINE_START_SECONDS, ready. The real Deployment and ReplicaSet controllers (in the workload
-  cluster's kube-controller-manager) turn that into the Deployment's availability.
+  Nodes (with the NodePool's labels and taints, run by kwok) as CKS would join them, each with
+  the GPUs of the InferenceClass whose instance type the pool runs.
 - the LeaderWorkerSet controller (none can run here): a LeaderWorkerSet's status once its
   groups would be ready.
 """
@@ -42,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tests.e2e import kube, netns
+from plnt import labels
+from tests.e2e import kube, netns, workload
 
 if TYPE_CHECKING:
     from tests.e2e.stack import ControlPlane
@@ -57,8 +53,7 @@ GATEWAY = ("gateway.networking.k8s.io/v1", "Gateway")
 HTTPROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
 GATEWAY_CONTROLLER = "plnt.test/gateway-stand-in"
 NODEPOOL = ("compute.coreweave.com/v1alpha1", "NodePool")
-POD = ("v1", "Pod")
-NODE = ("v1", "Node")
+INFERENCE_CLASS = ("modelplane.ai/v1alpha1", "InferenceClass")
 LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
 
 # What a chart puts on the cluster that another component needs to exist (CRDs, classes).
@@ -135,18 +130,6 @@ SHARED_VAST = {
 }
 
 
-# How long a pod's init containers (staging model weights) "run", and then how long its engine
-# takes to load them and pass its readiness probe. A ModelReplica reports PullingWeights from
-# its first reconcile after its Deployment has pods (a watched change) until it reads the pods'
-# finished init containers back (each pod's observe-only Object, refreshed on provider-
-# kubernetes' poll), so the staging time spans several provider polls and that chain under load
-# (15 s was too short once in three runs on a loaded machine); Deploying is written for
-# at least one reconcile after PullingWeights however soon the engine is up (functions/
-# workflow_run/phases.py), and the loading time leaves the gate's wait a few polls of its own.
-STAGING_SECONDS = 25.0
-ENGINE_START_SECONDS = 8.0
-
-
 def condition(
     typ: str, status: str, reason: str, message: str = "", generation: int | None = None
 ) -> dict[str, Any]:
@@ -178,10 +161,7 @@ class Simulator:
         self.errors: list[str] = []
         self.gateway_addresses: dict[tuple[str, str], str] = {}  # (api server, ns/name) -> IP
         self.installed: set[tuple[str, str]] = set()  # (api server, chart)
-        self.kubelet_paused = threading.Event()  # set: workloads stay unavailable
         self.cks_clusters: dict[tuple[str, str], str] = {}  # (ns, name) -> workload name
-        self.first_seen: dict[tuple[str, ...], float] = {}  # a pod, first seen bound
-        self.pod_stage: dict[tuple[str, ...], str] = {}  # the stage last written per pod
         from tests.e2e import engines
 
         self.engines = engines.Engines(self)
@@ -226,12 +206,7 @@ class Simulator:
                 lambda api=api: [self._gateway(api, g) for g in api.list(*GATEWAY)],
                 lambda api=api: self._http_routes(api),
             ]
-            if not self.kubelet_paused.is_set():
-                out += [
-                    lambda api=api: self._schedule(api),
-                    lambda api=api: [self._kubelet(api, p) for p in api.list(*POD)],
-                    lambda api=api: [self._leader_worker_set(api, w) for w in api.list(*LWS)],
-                ]
+            out.append(lambda api=api: [self._leader_worker_set(api, w) for w in api.list(*LWS)])
         return out
 
     # --- provider-coreweave -----------------------------------------------------------------
@@ -387,6 +362,13 @@ class Simulator:
     def _http_routes(self, api: kube.APIServer) -> None:
         routes = api.list(*HTTPROUTE)
         self.engines.routes[api.name] = routes  # what the data plane routes by
+        self.engines.ready[api.name] = {  # and to which replicas: those with a Ready pod
+            (pod["metadata"]["namespace"], pod["metadata"]["labels"][labels.REPLICA])
+            for pod in api.list("v1", "Pod")
+            if labels.REPLICA in (pod["metadata"].get("labels") or {})
+            and _has(pod, "Ready")
+            and not pod["metadata"].get("deletionTimestamp")
+        }
         for route in routes:
             self._http_route(api, route)
 
@@ -432,6 +414,7 @@ class Simulator:
             nodes,
             labels=spec.get("nodeLabels") or {},
             taints=spec.get("nodeTaints") or [],
+            devices=self._class_devices(spec.get("instanceType")),
         )
         api.patch_status(
             pool,
@@ -441,148 +424,31 @@ class Simulator:
             },
         )
 
-    def add_nodes(self, api: kube.APIServer, pool: str, count: int, **node: Any) -> None:
-        """``count`` Ready nodes of ``pool`` (labels and taints as given), as a cluster's
-        operator or CKS would have joined them."""
+    def add_nodes(
+        self,
+        api: kube.APIServer,
+        pool: str,
+        count: int,
+        *,
+        labels: Mapping[str, str],
+        taints: list[dict[str, Any]],
+        devices: list[dict[str, Any]],
+    ) -> None:
+        """``count`` nodes of ``pool`` (labels and taints as given) as a cluster's operator or
+        CKS would have joined them, run by kwok, each publishing ``devices`` (InferenceClass
+        device entries) as the GPU driver would."""
         for i in range(count):
-            name = f"{pool}-{i}"
-            labels_ = {"kubernetes.io/hostname": name, **(node.get("labels") or {})}
-            obj = api.apply(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {"name": name, "labels": labels_},
-                    "spec": {"taints": node.get("taints") or []},
-                }
-            )
-            api.patch_status(
-                obj,
-                {
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "True",
-                            "reason": "KubeletReady",
-                            "message": "kubelet is posting ready status",
-                            "lastHeartbeatTime": _now(),
-                            "lastTransitionTime": _now(),
-                        }
-                    ],
-                    "allocatable": {"cpu": "128", "memory": "1Ti", "pods": "110"},
-                    "capacity": {"cpu": "128", "memory": "1Ti", "pods": "110"},
-                },
-            )
-            # Admission taints a new node not-ready; the node lifecycle controller lifts it once
-            # the kubelet reports Ready (applying the node again without it, as its author).
-            api.apply(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {"name": name, "labels": labels_},
-                    "spec": {"taints": node.get("taints") or []},
-                }
-            )
+            workload.add_node(api, f"{pool}-{i}", labels=labels, taints=taints, devices=devices)
 
-    def _schedule(self, api: kube.APIServer) -> None:
-        nodes = api.list(*NODE)
-        for pod in api.list(*POD):
-            spec = pod.get("spec") or {}
-            if spec.get("nodeName") or pod["metadata"].get("deletionTimestamp"):
-                continue
-            fits = [n for n in nodes if _fits(pod, n)]
-            if fits:
-                api.http.post(
-                    api.path("v1", "Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
-                    + "/binding",
-                    json={
-                        "apiVersion": "v1",
-                        "kind": "Binding",
-                        "metadata": {"name": pod["metadata"]["name"]},
-                        "target": {
-                            "apiVersion": "v1",
-                            "kind": "Node",
-                            "name": fits[0]["metadata"]["name"],
-                        },
-                    },
-                )
-            elif not _has(pod, "PodScheduled", "False"):
-                message = (
-                    f"0/{len(nodes)} nodes are available: no node matches the pod's node "
-                    "selector and tolerates its taints"
-                )
-                api.patch_status(
-                    pod,
-                    {"conditions": [condition("PodScheduled", "False", "Unschedulable", message)]},
-                )
-
-    def _kubelet(self, api: kube.APIServer, pod: dict[str, Any]) -> None:
-        """A bound pod's status as its containers start: init containers, then the engine."""
-        meta, spec = pod["metadata"], pod.get("spec") or {}
-        if not spec.get("nodeName") or meta.get("deletionTimestamp"):
-            return
-        key = (api.name, meta["namespace"], meta["name"], meta["uid"])
-        started = self.first_seen.setdefault(key, time.monotonic())
-        elapsed = time.monotonic() - started
-        inits = [c["name"] for c in spec.get("initContainers") or []]
-        staging = bool(inits) and elapsed < STAGING_SECONDS
-        loading = elapsed < (STAGING_SECONDS if inits else 0.0) + ENGINE_START_SECONDS
-        stage = "init" if staging else "loading" if loading else "ready"
-        status = pod.get("status") or {}
-        if status.get("phase") and self.pod_stage.get(key) == stage:
-            return
-        self.pod_stage[key] = stage
-        start_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - elapsed))
-        running = {"running": {"startedAt": start_time}}
-        init_statuses = [
-            {
-                "name": name,
-                "image": next(c["image"] for c in spec["initContainers"] if c["name"] == name),
-                "imageID": "",
-                "ready": not staging,
-                "restartCount": 0,
-                "started": staging,
-                "state": running
-                if staging
-                else {
-                    "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": start_time}
-                },
-            }
-            for name in inits
-        ]
-        containers = [
-            {
-                "name": c["name"],
-                "image": c["image"],
-                "imageID": "",
-                "ready": stage == "ready",
-                "restartCount": 0,
-                "started": not staging,
-                "state": {"waiting": {"reason": "PodInitializing"}} if staging else running,
-            }
-            for c in spec.get("containers") or []
-        ]
-        ready = "True" if stage == "ready" else "False"
-        api.patch_status(
-            pod,
-            {
-                "phase": "Pending" if staging else "Running",
-                "hostIP": "10.0.0.1",
-                "podIP": "10.1.0.1",
-                "startTime": start_time,
-                "conditions": [
-                    condition("PodScheduled", "True", "Scheduled"),
-                    condition(
-                        "Initialized",
-                        "False" if staging else "True",
-                        "PodInitializing" if staging else "Initialized",
-                    ),
-                    condition("ContainersReady", ready, "ContainersReady"),
-                    condition("Ready", ready, "PodReady"),
-                ],
-                "initContainerStatuses": init_statuses,
-                "containerStatuses": containers,
-            },
-        )
+    def _class_devices(self, instance_type: str | None) -> list[dict[str, Any]]:
+        """The devices of the InferenceClass provisioned as ``instance_type``: what the GPU
+        driver reports for that machine."""
+        for cls in self.plane.mgmt.list(*INFERENCE_CLASS):
+            spec = cls.get("spec") or {}
+            coreweave = (spec.get("provisioning") or {}).get("coreweave") or {}
+            if instance_type and coreweave.get("instanceType") == instance_type:
+                return list(spec.get("devices") or [])
+        return []
 
     def _leader_worker_set(self, api: kube.APIServer, lws: dict[str, Any]) -> None:
         spec = lws.get("spec") or {}
@@ -599,36 +465,6 @@ class Simulator:
                 "conditions": [condition("Available", "True", "AllGroupsReady")],
             },
         )
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _fits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """The pod's nodeSelector matches the node, and it tolerates every NoSchedule/NoExecute
-    taint of the node (what kube-scheduler's NodeAffinity and TaintToleration plugins check)."""
-    spec = pod.get("spec") or {}
-    node_labels = (node.get("metadata") or {}).get("labels") or {}
-    if any(node_labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        return False
-    tolerations = spec.get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(_tolerates(t, taint) for t in tolerations):
-            return False
-    return True
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration["key"] == taint.get("key")
-    return toleration.get("key") == taint.get("key") and toleration.get("value") == taint.get(
-        "value"
-    )
 
 
 def _gen(parent: Mapping[str, Any]) -> int | None:

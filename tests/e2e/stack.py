@@ -8,11 +8,13 @@ What runs, all inside a private network namespace (tests/e2e/netns.py) on loopba
   `--package-runtime=External`, provider-kubernetes as a local process, and every plnt
   function as a local `plnt function NAME --tls-certs-dir DIR` process serving mTLS;
 - one workload cluster per InferenceCluster the tests make (etcd + kube-apiserver +
-  kube-controller-manager), reached only through the kubeconfig Secrets plnt composes or the
-  tests provide, exactly as provider-kubernetes would reach a real cluster;
+  kube-controller-manager + kube-scheduler + kwok: tests/e2e/workload.py), reached only through
+  the kubeconfig Secrets plnt composes or the tests provide, exactly as provider-kubernetes
+  would reach a real cluster;
 - stand-ins for the controllers that cannot run here (tests/e2e/simulator.py): provider-coreweave,
-  provider-helm, the gateway controller and data plane, CKS's NodePool controller and the
-  kubelet. They write only status fields the real ones write.
+  provider-helm, the gateway controller and data plane, CKS's NodePool controller, the GPU
+  driver's ResourceSlices and the LeaderWorkerSet controller. They write only what the real
+  ones write.
 
 Crossplane finds a function by listing FunctionRevisions labelled
 `pkg.crossplane.io/package=<Function name>` with `spec.desiredState: Active` and dialling
@@ -37,7 +39,7 @@ from typing import Any
 
 from plnt_host import procs as plnt_procs
 from plnt_host import runtime
-from tests.e2e import kube, netns
+from tests.e2e import kube, netns, workload
 from tests.e2e.images import ImageFunctions
 from tests.e2e.kube import CA, LATENCY_NICE, APIServer, Processes, wait_for
 from tests.reconcile.apiserver import REPO, TOOLS, free_port
@@ -72,23 +74,6 @@ CIRCUIT_BREAKER = (
 # provider-kubernetes' poll: how often each Object (plnt composes them without `watch`) reads its
 # resource back from the workload cluster, e.g. a Deployment becoming available.
 PROVIDER_POLL = "5s"
-
-# What a workload cluster's kube-controller-manager runs: the real Deployment and ReplicaSet
-# controllers make the engines' pods and report availability from their status (written by the
-# kubelet stand-in), the ResourceClaim controller makes each pod's claims from plnt's
-# ResourceClaimTemplates, the ServiceAccount controller the namespaces' default accounts pods
-# need, and the garbage collector and namespace controller clean up.
-WORKLOAD_CONTROLLERS = ",".join(
-    f"{c}-controller"
-    for c in (
-        "garbage-collector",
-        "namespace",
-        "deployment",
-        "replicaset",
-        "resourceclaim",
-        "serviceaccount",
-    )
-)
 
 # Crossplane, provider-kubernetes and plnt's functions: which CRDs the management cluster needs
 # beyond Crossplane's own. provider-coreweave and provider-helm cannot run here; their CRDs
@@ -452,12 +437,8 @@ class ControlPlane:
                     COREWEAVE_TOKEN: ("coreweave-org", "system:masters"),
                 },
             )
-            kube.controller_manager(
-                f"wl-{name}",
-                self.procs,
-                api.kubeconfig(self.dir / "workloads" / name / "kubeconfig"),
-                WORKLOAD_CONTROLLERS,
-            )
+            kubeconfig = api.kubeconfig(self.dir / "workloads" / name / "kubeconfig")
+            workload.start(f"wl-{name}", self.procs, kubeconfig)
             self.workloads[name] = api
         return self.workloads[name]
 

@@ -1,8 +1,10 @@
 """Scenario 3: seed 000's WorkflowRun on the live fleet, through every phase, two updates, delete.
 
-The replicas' engines are `plnt.gate.fake_server` engines behind the simulated gateway data
-plane (tests/e2e/engines.py): no GPU runs here. The kubelet stand-in holds a pod with init
-containers (the weights download) unavailable for a few seconds, so PullingWeights is seen.
+The replicas' engine is llama.cpp's llama-server serving a tiny GGUF behind the simulated
+gateway data plane (tests/e2e/engines.py), so the canary gate measures real tokens; the slow
+canary is a `plnt.gate.fake_server` engine, whose latency the test chooses. No GPU runs here:
+kube-scheduler binds the pods and allocates their DRA claims, and kwok holds a pod with init
+containers (the weights download) unready for its staging time, so PullingWeights is seen.
 Everything else, the phases, the gate, canaries, promotion, rollback and deletion, is plnt in a
 real Crossplane.
 """
@@ -72,12 +74,18 @@ def _ready(obj: dict) -> bool:
     return _phase(obj) == "Ready" and bool((obj.get("status") or {}).get("endpoint"))
 
 
+def _real_engine(namespace: str, replica: str) -> engines.Engine:
+    return engines.LLAMA_SERVER if namespace == NS else engines.FAST
+
+
 @pytest.fixture(scope="module")
 def created(plane):
     """The seed WorkflowRun applied with kubectl, watched from the first write to Ready."""
     fleet.ensure(plane)
     seed = yaml.safe_load(SEED.read_text())
     assert seed["metadata"] == {"name": NAME, "namespace": NS}
+    # the seed's replicas are served by llama.cpp's llama-server: the gate measures real tokens
+    plane.simulator.engines.policy = _real_engine
     watch = live.Watch(plane.mgmt, *WR, NAME, NS, _phase_and_why)
     plane.kubectl("apply", "-f", str(SEED))
     try:
@@ -121,6 +129,9 @@ def test_first_rollout_was_smoke_tested_once(plane, created) -> None:
     assert len(replicas) == 1  # replicas.min
     measured = sum(plane.simulator.engines.count(NS, r["metadata"]["name"]) for r in replicas)
     assert measured == 10
+    # every one answered by llama-server, streaming real tokens
+    assert plane.simulator.engines.answered_by[engines.LLAMA_SERVER] >= measured
+    assert gate["tpotMs"]["p95"] > 0 and gate["ttftMs"]["p95"] > 0, gate
 
 
 def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> None:
@@ -190,8 +201,9 @@ def test_slow_canary_rolls_back_and_the_stable_revision_keeps_all_traffic(plane,
         for r in _replicas(plane)
         if r["metadata"]["labels"]["modelplane.ai/revision"] == stable
     }
+    # a chosen latency: the canary's engine is a fake one, slow; the stable one stays real
     plane.simulator.engines.policy = lambda ns, replica: (
-        engines.FAST if replica in stable_replicas else engines.SLOW
+        engines.LLAMA_SERVER if replica in stable_replicas else engines.SLOW
     )
     try:
         plane.kubectl(
@@ -218,7 +230,7 @@ def test_slow_canary_rolls_back_and_the_stable_revision_keeps_all_traffic(plane,
             seconds=300,
         )
     finally:
-        plane.simulator.engines.policy = lambda ns, replica: engines.FAST
+        plane.simulator.engines.policy = _real_engine
     md = live.wait_object(
         plane.mgmt,
         *MD,

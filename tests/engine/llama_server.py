@@ -37,11 +37,13 @@ def serving(
     context_per_slot: int = 4096,
     threads: int = 1,
     log: pathlib.Path | None = None,
+    nice: int | None = None,
 ) -> Iterator[str]:
     """Start llama-server on 127.0.0.1; yields its base URL once /health answers 200.
 
     One thread: a token then takes a few milliseconds, well above this machine's noise, and the
-    other core stays free for the measuring clients. Stopped by its process id."""
+    other core stays free for the measuring clients. ``nice``: its niceness. Stopped by its
+    process id."""
     port = procs.free_port()
     args = [
         str(binary()),
@@ -64,6 +66,8 @@ def serving(
     ]
     out = log.open("w") if log else subprocess.DEVNULL
     proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    if nice is not None:  # ahead of a busy stack on the CPU, as the e2e engines are
+        os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc)
