@@ -28,6 +28,8 @@ WAITING = "Waiting"
 MISSING_DEPENDENCY = "MissingDependency"
 INVALID_SPEC = "InvalidSpec"
 PULLING_WEIGHTS = "PullingWeights"  # ReplicasReady reason while an init step stages weights
+# WorkloadsReady / ReplicasReady reason while the kube-scheduler cannot place an engine's pod
+UNSCHEDULABLE = "Unschedulable"
 NOT_PROBED = "NotProbed"
 NO_ENDPOINTS = "NoEndpoints"
 PASSED = "Passed"  # CanaryGate

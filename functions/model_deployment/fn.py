@@ -21,9 +21,11 @@ rest (see its docstring for the exact order). Status: `replicas.{total,ready}` (
 revision, or in a first rollout of the revision being brought up), `placements[]`,
 `revisions.{stable,canary}`, `canary` (with `run`, the spec's `canary.runId`), and the
 conditions ReplicasScheduled, ReplicasReady and, with `spec.canary`, Canary. ReplicasReady is
-False with reason PullingWeights (not Waiting) while a replica it counts that is not ready
-reports WorkloadsReady reason PullingWeights. The XR is not Ready while no revision has passed
-the gate: nothing serves yet.
+False with reason Unschedulable while a replica it counts that is not ready reports
+WorkloadsReady reason Unschedulable (the kube-scheduler cannot place one of its pods: the
+message names the first replicas with their WorkloadsReady messages, and a Warning says it),
+else with reason PullingWeights (not Waiting) while such a replica reports WorkloadsReady reason
+PullingWeights. The XR is not Ready while no revision has passed the gate: nothing serves yet.
 """
 
 from __future__ import annotations
@@ -291,7 +293,15 @@ def report(
         warnings.append(f"{scheduled_cond.reason}: {scheduled_cond.message}")
     # Ready only once every wanted replica is, and a revision has passed the gate
     xr_ready = ready >= spec.replicas and plan.stable is not None
-    conds = [scheduled_cond, _ready_condition(spec, ready, out, serving)]
+    ready_cond = _ready_condition(spec, ready, out, serving)
+    conds = [scheduled_cond, ready_cond]
+    if ready_cond.reason == conditions.UNSCHEDULABLE:
+        warnings.append(f"{ready_cond.reason}: {ready_cond.message}")
+    for rev in sorted(r for r in out.unschedulable if r != serving and out.unschedulable[r]):
+        # a canary's replicas ReplicasReady does not count: still said, as a warning
+        warnings.append(
+            f"{conditions.UNSCHEDULABLE}: revision {rev}: {_unschedulable(out.unschedulable[rev])}"
+        )
     if spec.canary is not None or plan.outcome is not None:
         conds.append(_canary_condition(plan))
     bound_cond = _bound_condition(schedules)
@@ -310,14 +320,35 @@ def _ready_condition(
     if out.degraded:
         ready_message += "; no endpoint while the cluster is degraded: " + ", ".join(out.degraded)
     pulling = out.pulling[serving] if serving else []
+    stuck = out.unschedulable[serving] if serving else []
     if ready >= spec.replicas and not out.degraded:
         return conditions.available(conditions.REPLICAS_READY, ready_message)
+    if ready < spec.replicas and stuck:
+        # more urgent than PullingWeights: a pod that cannot be placed never stages anything
+        return conditions.waiting(
+            conditions.REPLICAS_READY,
+            f"{ready_message}; {_unschedulable(stuck)}",
+            reason=conditions.UNSCHEDULABLE,
+        )
     if ready < spec.replicas and pulling:
         ready_message += "; pulling weights: " + ", ".join(sorted(pulling))
         return conditions.waiting(
             conditions.REPLICAS_READY, ready_message, reason=conditions.PULLING_WEIGHTS
         )
     return conditions.waiting(conditions.REPLICAS_READY, ready_message)
+
+
+# at most this many unschedulable replicas' messages in ReplicasReady; the rest are counted
+UNSCHEDULABLE_SHOWN = 2
+
+
+def _unschedulable(stuck: list[tuple[str, str]]) -> str:
+    """The first replicas (by name) whose pods cannot be scheduled, each with its
+    WorkloadsReady message, then how many more."""
+    stuck = sorted(stuck)
+    said = "; ".join(f"replica {r}: {m}" for r, m in stuck[:UNSCHEDULABLE_SHOWN])
+    more = len(stuck) - UNSCHEDULABLE_SHOWN
+    return f"{said}; and {more} more replica(s) cannot be scheduled" if more > 0 else said
 
 
 def _bound_condition(schedules: dict[str, scheduler.Schedule]) -> xp.Condition:
@@ -371,6 +402,11 @@ class Composed:
     pulling: defaultdict[str, list[str]] = dataclasses.field(
         default_factory=lambda: defaultdict(list)
     )
+    # by revision: (replica, its WorkloadsReady message) of not-ready replicas whose
+    # WorkloadsReady reason is Unschedulable
+    unschedulable: defaultdict[str, list[tuple[str, str]]] = dataclasses.field(
+        default_factory=lambda: defaultdict(list)
+    )
 
 
 def _compose_replica(
@@ -393,6 +429,8 @@ def _compose_replica(
     workloads = xp.condition_of(seen, conditions.WORKLOADS_READY) or {}
     if not ready and workloads.get("reason") == conditions.PULLING_WEIGHTS:
         out.pulling[rev].append(replica)
+    if not ready and workloads.get("reason") == conditions.UNSCHEDULABLE:
+        out.unschedulable[rev].append((replica, str(workloads.get("message") or "")))
     xp.compose(rsp, rep.resource_name(replica), obj, ready=ready)
     cluster = clusters.get(cluster_name)
     address = scheduler.url_host(cluster.gateway) if cluster and cluster.gateway else None

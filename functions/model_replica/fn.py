@@ -24,11 +24,14 @@ its observed status shows every copy available, and ``WorkloadsReady`` says whic
 waits for what; with a ModelCache that is not Ready yet, workloads wait (unless they already
 run) so engines never start on half-staged weights. Without a cache, a member whose template
 annotations name weights (``plnt.work/weights-uri``) stages them with an init container
-(staging.py). An observed Deployment or LeaderWorkerSet cannot tell a downloading init container
-from an engine still loading (both are "not available"), so while such an engine's workload has
-pods and not one available copy, an ObservedObjectCollection watches its pods (pods.py):
-``WorkloadsReady`` is False with reason ``PullingWeights`` until every pod's weights init
-container has finished, then reason ``Waiting`` while the engine loads.
+(staging.py). An observed Deployment or LeaderWorkerSet cannot tell a pod the kube-scheduler
+cannot place from a downloading init container or an engine still loading (all are "not
+available"), so while an engine's workload has pods and fewer available copies than wanted, an
+ObservedObjectCollection watches its pods (pods.py): ``WorkloadsReady`` is False with reason
+``Unschedulable`` and the scheduler's message while a pod cannot be scheduled (with a Warning);
+else, for an engine that stages weights and has no available copy, reason ``PullingWeights``
+until every pod's weights init container has finished, then reason ``Waiting`` while the
+engine loads.
 """
 
 from __future__ import annotations
@@ -167,17 +170,22 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         },
     )
     xp.set_conditions(rsp, workloads_condition(progress))
+    for p in progress:
+        if p.unschedulable and p.wait:
+            xp.warning(rsp, p.wait)  # Crossplane makes a Warning result an event on the XR
     return rsp
 
 
 @dataclass(frozen=True)
 class EngineProgress:
     """Where one engine stands: its status entry and, while not every copy is available, what
-    it waits for (downloading its weights: `pulling`)."""
+    it waits for (downloading its weights: `pulling`; a pod the kube-scheduler cannot place:
+    `unschedulable`)."""
 
     status: dict[str, Any]
     wait: str | None = None
     pulling: bool = False
+    unschedulable: bool = False
 
 
 def compose_engine(
@@ -189,8 +197,8 @@ def compose_engine(
     *,
     cache_wait: str | None,
 ) -> EngineProgress:
-    """One engine's ResourceClaimTemplates and workload (and, while its weights are staged,
-    the collection that watches its pods); what it waits for."""
+    """One engine's ResourceClaimTemplates and workload (and, while it has pods but not every
+    copy available, the collection that watches its pods); what it waits for."""
     for member in engine.members:
         rct = workloads.resource_claim_template(replica, engine, member)
         if rct:
@@ -204,8 +212,9 @@ def compose_engine(
     workload = workloads.workload(replica, engine)
     compose(rsp, replica, observed, name, workload)
     stage = staging.stages(replica.spec, engine)
-    if stage and available == 0 and workloads.created_copies(seen) > 0:
-        # ready as composed: it only observes, and goes once a copy is available
+    members: list[dict[str, Any]] | None = None
+    if available < engine.copies and workloads.created_copies(seen) > 0:
+        # ready as composed: it only observes, and goes once every copy is available
         collection = pods.collection(replica, engine)
         xp.compose(rsp, pods.resource_name(engine), collection, ready=True)
         members = xp.require(
@@ -217,6 +226,14 @@ def compose_engine(
             match_labels={pods.MEMBERSHIP_LABEL: pods.collection_name(replica, engine)},
             namespace=replica.namespace,
         )
+        stuck = pods.unschedulable(members)
+        if stuck:
+            return EngineProgress(
+                status,
+                f"engine {engine.name}: pod {stuck.pod} cannot be scheduled: {stuck.message}",
+                unschedulable=True,
+            )
+    if stage and available == 0 and workloads.created_copies(seen) > 0:
         staged = pods.weights_staged(members)
         return EngineProgress(
             status, staging_wait(engine, workload, stage, staged), pulling=not staged
@@ -260,12 +277,16 @@ def staging_wait(
 
 
 def workloads_condition(progress: list[EngineProgress]) -> xp.Condition:
-    """WorkloadsReady: every copy available, else what each engine waits for (PullingWeights
-    while any downloads its weights)."""
+    """WorkloadsReady: every copy available, else what each engine waits for (Unschedulable
+    while the kube-scheduler cannot place a pod, else PullingWeights while any downloads its
+    weights)."""
     waits = [p.wait for p in progress if p.wait]
     if waits:
-        pulling = any(p.pulling for p in progress)
-        reason = conditions.PULLING_WEIGHTS if pulling else conditions.WAITING
+        reason = conditions.WAITING
+        if any(p.unschedulable for p in progress):
+            reason = conditions.UNSCHEDULABLE
+        elif any(p.pulling for p in progress):
+            reason = conditions.PULLING_WEIGHTS
         return conditions.waiting(conditions.WORKLOADS_READY, "; ".join(waits), reason=reason)
     return conditions.available(
         conditions.WORKLOADS_READY, f"every copy of {len(progress)} engine(s) is available"

@@ -1,18 +1,21 @@
-"""Which step a starting engine's pods are at: staging its weights or loading the engine.
+"""What a starting engine's pods are waiting for: the scheduler, their weights, or the engine.
 
-An observed Deployment or LeaderWorkerSet counts available copies; it cannot tell an init
-container downloading weights from an engine loading them (both are "not available"). While an
-engine that stages weights has pods and not one available copy, the replica composes an
-ObservedObjectCollection over that engine's pods: provider-kubernetes keeps one observe-only
-Object per matching pod in the replica's namespace, labelled with the collection's name, and
-the function requires those Objects, whose observed manifests carry the pods' init container
-states. The collection is dropped once a copy is available (its Objects go with it by owner
-reference; observe-only, they never touch the pods).
+An observed Deployment or LeaderWorkerSet counts available copies; it cannot tell a pod the
+kube-scheduler cannot place from an init container downloading weights or an engine loading
+them (all are "not available"). While an engine has fewer available copies than it wants and
+its workload has created pods, the replica composes an ObservedObjectCollection over that
+engine's pods: provider-kubernetes keeps one observe-only Object per matching pod in the
+replica's namespace, labelled with the collection's name, and the function requires those
+Objects, whose observed manifests carry the pods' conditions (PodScheduled False, reason
+Unschedulable, with the scheduler's message) and init container states. The collection is
+dropped once every copy is available (its Objects go with it by owner reference; observe-only,
+they never touch the pods).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from functions.model_replica import staging
@@ -49,6 +52,41 @@ def collection(replica: Replica, engine: ReplicaEngine) -> dict[str, Any]:
             },
         },
     }
+
+
+@dataclass(frozen=True)
+class Unschedulable:
+    """A pod the kube-scheduler cannot place, and the scheduler's message saying why."""
+
+    pod: str
+    message: str
+
+
+def unschedulable(members: Sequence[dict[str, Any]] | None) -> Unschedulable | None:
+    """The first observed pod (by name) whose PodScheduled condition is False with reason
+    Unschedulable, or None when every observed pod is scheduled or waits for the scheduler."""
+    found = []
+    for member in members or []:
+        pod = observed_manifest(member)
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                isinstance(cond, dict)
+                and cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
+                found.append(Unschedulable(_pod_name(member, pod), str(cond.get("message") or "")))
+                break
+    return min(found, key=lambda u: u.pod) if found else None
+
+
+def _pod_name(member: dict[str, Any], pod: dict[str, Any]) -> str:
+    """The pod's own name; the Object's when its observed manifest has none."""
+    desired = ((member.get("spec") or {}).get("forProvider") or {}).get("manifest") or {}
+    for meta in (pod.get("metadata"), desired.get("metadata"), member.get("metadata")):
+        if isinstance(meta, dict) and meta.get("name"):
+            return str(meta["name"])
+    return ""
 
 
 def weights_staged(members: Sequence[dict[str, Any]] | None) -> bool:

@@ -93,6 +93,9 @@ _HOLD = {
     PROMOTING: "the revision passed the latency gate; ",
 }
 
+# the message of a rollout whose ReplicasReady reason is Unschedulable, before ReplicasReady's
+UNSCHEDULABLE_PREFIX = "the kube-scheduler cannot place the engines' pods: "
+
 
 def _step(phase: str | None) -> int:
     """1-based position among a first rollout's steps; 0 for any other phase."""
@@ -158,13 +161,17 @@ def derive(
     passed = passed or first_rollout
     # a phase held back in a first rollout reports no endpoint: nothing serves before Promoting
     held = None if first_rollout else phase.endpoint
+    ready = _cond(deployment, conditions.REPLICAS_READY)
+    # pods the kube-scheduler cannot place: its message, whatever phase the rules below hold
+    unschedulable = ready.get("reason") == conditions.UNSCHEDULABLE
     if first_rollout and previous in (VALIDATING, PENDING) and phase.name in _PAST_PULLING:
         return Phase(
             PULLING_WEIGHTS,
-            "the replicas are created; their weights are staged before the engines start",
+            phase.message
+            if unschedulable
+            else "the replicas are created; their weights are staged before the engines start",
             held,
         )
-    ready = _cond(deployment, conditions.REPLICAS_READY)
     if (
         first_rollout
         and previous == PULLING_WEIGHTS
@@ -174,7 +181,8 @@ def derive(
         # replicas that are not staging (not created yet, or loading what was staged) read
         # alike: a first rollout stays PullingWeights until its replicas are ready
         counts = ready.get("message") or "replicas not ready"
-        return Phase(PULLING_WEIGHTS, f"staging and loading model weights: {counts}", held)
+        message = phase.message if unschedulable else f"staging and loading model weights: {counts}"
+        return Phase(PULLING_WEIGHTS, message, held)
     if phase.name in (SMOKE_TESTING, PROMOTING, READY) and previous == PULLING_WEIGHTS:
         return Phase(
             DEPLOYING,
@@ -253,6 +261,8 @@ def _derive(
         counts = ready.get("message") or "replicas not ready"
         if ready.get("reason") == conditions.PULLING_WEIGHTS:
             return Phase(PULLING_WEIGHTS, f"staging model weights: {counts}", endpoint)
+        if ready.get("reason") == conditions.UNSCHEDULABLE:
+            return Phase(DEPLOYING, f"{UNSCHEDULABLE_PREFIX}{counts}", endpoint)
         return Phase(DEPLOYING, f"starting engines: {counts}", endpoint)
     if not is_routed:
         why = _cond(service, conditions.ROUTED).get("message") or "it has no URL or is not Ready"
@@ -279,6 +289,8 @@ def _testing(
         if not stable and ready.get("reason") == conditions.PULLING_WEIGHTS:
             counts = ready.get("message") or "replicas not ready"
             return Phase(PULLING_WEIGHTS, f"staging model weights: {counts}", endpoint)
+        if not stable and ready.get("reason") == conditions.UNSCHEDULABLE:
+            why = UNSCHEDULABLE_PREFIX + (ready.get("message") or "replicas not ready")
         what = "first revision" if not stable else "canary revision"
         if stable == canary:
             what = "revision"
