@@ -51,3 +51,15 @@ GO
   touch "$bin/.lws-manager-$lws_version"
   echo "lws-manager built in $((SECONDS - start)) s" >&2
 fi
+
+# Its CRD and webhook configurations, as the release installs them, from the same module: kept
+# beside the binary so the tests need no Go module cache (tests/e2e/lws.py).
+lws_config="$root/.tools/lws-$lws_version/config"
+if [[ ! -d "$lws_config/webhook" ]]; then
+  module="$(go env GOMODCACHE)/sigs.k8s.io/lws@$lws_version"
+  [[ -d "$module" ]] || (cd "$(mktemp -d)" && go mod download "sigs.k8s.io/lws@$lws_version")
+  rm -rf "$root/.tools/lws-$lws_version"
+  mkdir -p "$lws_config"
+  cp -r "$module/config/crd" "$module/config/webhook" "$lws_config/"
+  chmod -R u+w "$root/.tools/lws-$lws_version"
+fi

@@ -12,8 +12,9 @@ what its real counterpart writes, read off their CRDs' status schemas:
   the CoreWeave token as CKS does.
 - provider-helm: a Release's `status.atProvider` (`state: deployed`, revision) and Ready/Synced,
   plus the cluster-scoped objects the chart would install on the target cluster when other
-  components depend on them (Gateway API and LeaderWorkerSet CRDs, the kgateway GatewayClass,
-  the NVIDIA driver's DeviceClass). The target is found as provider-helm finds it: the
+  components depend on them (Gateway API CRDs, the kgateway GatewayClass, the NVIDIA driver's
+  DeviceClass); the lws chart's LeaderWorkerSet controller v0.7.0 itself runs, with its CRD and
+  webhooks (tests/e2e/lws.py). The target is found as provider-helm finds it: the
   Release's ClusterProviderConfig, its kubeconfig Secret, the server in that kubeconfig.
 - the gateway controller: a Gateway's `status.addresses` (a TEST-NET-1 address inside the
   private network namespace) and Accepted/Programmed conditions; its data plane is
@@ -21,8 +22,11 @@ what its real counterpart writes, read off their CRDs' status schemas:
 - CKS's NodePool controller: a NodePool's AtTarget condition and node counts, and the pool's
   Nodes (with the NodePool's labels and taints, run by kwok) as CKS would join them, each with
   the GPUs of the InferenceClass whose instance type the pool runs.
-- the LeaderWorkerSet controller (none can run here): a LeaderWorkerSet's status once its
-  groups would be ready.
+
+What stays simulated and why: CoreWeave's API and CKS (no account here), Helm charts (no chart
+registry; what they install is created as above), the gateway's controller and data plane (no
+proxy: tests/e2e/engines.py), and the GPU driver's kubelet plugin (no kubelet or GPU: its
+ResourceSlices are written, tests/e2e/workload.py).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from plnt import labels
-from tests.e2e import kube, netns, workload
+from tests.e2e import kube, lws, netns, workload
 
 if TYPE_CHECKING:
     from tests.e2e.stack import ControlPlane
@@ -54,7 +58,6 @@ HTTPROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
 GATEWAY_CONTROLLER = "plnt.test/gateway-stand-in"
 NODEPOOL = ("compute.coreweave.com/v1alpha1", "NodePool")
 INFERENCE_CLASS = ("modelplane.ai/v1alpha1", "InferenceClass")
-LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
 
 # What a chart puts on the cluster that another component needs to exist (CRDs, classes).
 CHART_OBJECTS: dict[str, tuple[str, ...]] = {
@@ -64,7 +67,6 @@ CHART_OBJECTS: dict[str, tuple[str, ...]] = {
         "gateway.networking.k8s.io_httproutes.yaml",
         "gateway.networking.k8s.io_referencegrants.yaml",
     ),
-    "lws": ("leaderworkerset.x-k8s.io_leaderworkersets.yaml",),
 }
 GATEWAY_CLASS = {
     "apiVersion": "gateway.networking.k8s.io/v1",
@@ -206,7 +208,6 @@ class Simulator:
                 lambda api=api: [self._gateway(api, g) for g in api.list(*GATEWAY)],
                 lambda api=api: self._http_routes(api),
             ]
-            out.append(lambda api=api: [self._leader_worker_set(api, w) for w in api.list(*LWS)])
         return out
 
     # --- provider-coreweave -----------------------------------------------------------------
@@ -296,6 +297,9 @@ class Simulator:
                 target.apply(GATEWAY_CLASS)
             if name == "nvidia-dra-driver-gpu":
                 target.apply(NVIDIA_DEVICE_CLASS)
+            if name == "lws":
+                # what the chart runs, for real: the controller, its CRD and webhooks
+                lws.start(target.name, self.plane.procs, target, self.plane.ca, target.dir / "lws")
             self.installed.add((target.name, name))
         if _has(release, "Ready"):
             return
@@ -449,22 +453,6 @@ class Simulator:
             if instance_type and coreweave.get("instanceType") == instance_type:
                 return list(spec.get("devices") or [])
         return []
-
-    def _leader_worker_set(self, api: kube.APIServer, lws: dict[str, Any]) -> None:
-        spec = lws.get("spec") or {}
-        want = spec.get("replicas", 1)
-        status = lws.get("status") or {}
-        if status.get("readyReplicas") == want and status.get("replicas") == want:
-            return
-        api.patch_status(
-            lws,
-            {
-                "replicas": want,
-                "readyReplicas": want,
-                "updatedReplicas": want,
-                "conditions": [condition("Available", "True", "AllGroupsReady")],
-            },
-        )
 
 
 def _gen(parent: Mapping[str, Any]) -> int | None:

@@ -12,9 +12,9 @@ What runs, all inside a private network namespace (tests/e2e/netns.py) on loopba
   the kubeconfig Secrets plnt composes or the tests provide, exactly as provider-kubernetes
   would reach a real cluster;
 - stand-ins for the controllers that cannot run here (tests/e2e/simulator.py): provider-coreweave,
-  provider-helm, the gateway controller and data plane, CKS's NodePool controller, the GPU
-  driver's ResourceSlices and the LeaderWorkerSet controller. They write only what the real
-  ones write.
+  provider-helm, the gateway controller and data plane, CKS's NodePool controller and the GPU
+  driver's ResourceSlices. They write only what the real ones write; where a chart would run
+  the LeaderWorkerSet controller, the real one runs (tests/e2e/lws.py).
 
 Crossplane finds a function by listing FunctionRevisions labelled
 `pkg.crossplane.io/package=<Function name>` with `spec.desiredState: Active` and dialling

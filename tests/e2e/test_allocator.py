@@ -187,3 +187,83 @@ def test_what_plnt_says_fits_the_real_allocator_places(plane, alloc_cluster, cel
         assert not any(live.is_true(r, "Bound") for r in extra), extra
     finally:
         _clean(plane, workload)
+
+
+MAINTENANCE = {"key": "plnt.test/maintenance", "value": "drain", "effect": "NoSchedule"}
+
+
+def test_what_the_real_scheduler_cannot_place_reaches_the_user(plane, alloc_cluster) -> None:
+    """A bound replica whose pod kube-scheduler cannot place (its node tainted for maintenance
+    and the pod replaced; the other node has 4 of the 8 devices it asks) shows the scheduler's
+    own message on its ModelReplica and ModelDeployment, and a Warning event says it."""
+    workload = alloc_cluster
+    try:
+        for name, ns, gpus in (("whole", "alloc-a", 8), ("half", "alloc-b", 4)):
+            plane.kubectl(
+                "apply", "-f", "-", stdin=yaml.safe_dump(_deployment(name, ns, 1, gpus, cel=False))
+            )
+            live.wait_for(
+                lambda name=name, ns=ns: (
+                    len(pods := _pods(workload, ns, name)) == 1 and all(map(_bound, pods))
+                ),
+                240,
+                f"{ns}/{name}'s pod bound by kube-scheduler",
+            )
+        (pod,) = _pods(workload, "alloc-a", "whole")
+        node = workload.get("v1", "Node", pod["spec"]["nodeName"])
+        node["spec"]["taints"] = [*(node["spec"].get("taints") or []), MAINTENANCE]
+        workload.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": node["metadata"]["name"]},
+                "spec": {"taints": node["spec"]["taints"]},
+            },
+            manager="plnt-e2e-operator",
+        )
+        workload.delete("v1", "Pod", pod["metadata"]["name"], "alloc-a")
+
+        def unschedulable(o: dict) -> bool:
+            return live.condition(o, "ReplicasReady").get("reason") == "Unschedulable"
+
+        md = live.wait_object(plane.mgmt, *MD, "whole", "alloc-a", until=unschedulable, seconds=180)
+        (replica,) = plane.mgmt.list(
+            *MR, namespace="alloc-a", labels={"modelplane.ai/deployment": "whole"}
+        )
+        workloads = live.condition(replica, "WorkloadsReady")
+        assert workloads.get("reason") == "Unschedulable", workloads
+        message = workloads.get("message", "")
+        # the real scheduler's words, verbatim: two nodes, a taint on one, devices on the other
+        assert "cannot be scheduled: 0/2 nodes are available" in message, message
+        assert "untolerated taint" in message and "plnt.test/maintenance" in message, message
+        ready = live.condition(md, "ReplicasReady")
+        assert replica["metadata"]["name"] in ready["message"], ready
+        assert "0/2 nodes are available" in ready["message"], ready
+        assert not live.is_true(md, "Ready")
+        warnings = [
+            e
+            for e in live.events_for(plane.mgmt, "alloc-a", "whole")
+            if e.get("type") == "Warning" and "0/2 nodes are available" in e.get("message", "")
+        ]
+        assert warnings, live.events_for(plane.mgmt, "alloc-a", "whole")
+        # the node back in service: the pod is placed and the message goes
+        node["spec"]["taints"] = [t for t in node["spec"]["taints"] if t != MAINTENANCE]
+        workload.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": node["metadata"]["name"]},
+                "spec": {"taints": node["spec"]["taints"]},
+            },
+            manager="plnt-e2e-operator",
+        )
+        live.wait_object(
+            plane.mgmt,
+            *MD,
+            "whole",
+            "alloc-a",
+            until=lambda o: not unschedulable(o) and live.is_true(o, "ReplicasReady"),
+            seconds=180,
+        )
+    finally:
+        _clean(plane, workload)
