@@ -138,7 +138,12 @@ class Engines:
                     self.requests[(namespace, replica)] += 1
                     self.answered_by[engine] += 1
                 host, port = await self._upstream(engine)
-                await _forward(host, port, method, rest, version, headers, body, writer)
+                if engine == LLAMA_SERVER:
+                    # llama-server cancels a request whose client half-closed: ask it to close
+                    headers = [h for h in headers if not h.lower().startswith("connection:")]
+                    headers.append("Connection: close")
+                half_close = engine != LLAMA_SERVER
+                await _forward(host, port, method, rest, version, headers, body, writer, half_close)
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         finally:
@@ -161,7 +166,16 @@ class Engines:
         with self._lock:
             if self._llama_url is None:
                 logs = self.simulator.plane.dir / "logs"
-                model = tiny_gguf.write(self.simulator.plane.dir / "tiny.gguf")
+                # smaller than the engine tests' model: the seed's budget is a GPU's (p95 TTFT
+                # 250 ms), and the gate sends prompts of over a thousand tokens concurrently to
+                # one CPU thread beside the busy stack (the engine tests' model: p95 756 ms)
+                model = tiny_gguf.write(
+                    self.simulator.plane.dir / "tiny.gguf",
+                    layers=1,
+                    embedding=64,
+                    heads=2,
+                    feed_forward=128,
+                )
                 self._llama_url = self._llama.enter_context(
                     llama_server.serving(model, log=logs / "llama-server.log", nice=LATENCY_NICE)
                 )
@@ -177,8 +191,11 @@ async def _forward(
     headers: list[str],
     body: bytes,
     writer: asyncio.StreamWriter,
+    half_close: bool = True,
 ) -> None:
-    """One request to the engine on a connection of its own; its bytes back as they come."""
+    """One request to the engine on a connection of its own; its bytes back as they come.
+    ``half_close``: end the request by closing the sending side (the fake engines answer one
+    request per connection), else the request says `Connection: close`."""
     up_reader, up_writer = await asyncio.open_connection(host, port)
     try:
         up_writer.write(
@@ -188,7 +205,8 @@ async def _forward(
             + body
         )
         await up_writer.drain()
-        up_writer.write_eof()  # one request: the engine closes after answering it
+        if half_close:
+            up_writer.write_eof()  # one request: the engine closes after answering it
         while chunk := await up_reader.read(65536):
             writer.write(chunk)
             await writer.drain()

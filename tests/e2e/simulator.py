@@ -366,10 +366,10 @@ class Simulator:
     def _http_routes(self, api: kube.APIServer) -> None:
         routes = api.list(*HTTPROUTE)
         self.engines.routes[api.name] = routes  # what the data plane routes by
-        self.engines.ready[api.name] = {  # and to which replicas: those with a Ready pod
+        self.engines.ready[api.name] = {  # and to which replicas: those with a Ready engine
             (pod["metadata"]["namespace"], pod["metadata"]["labels"][labels.REPLICA])
-            for pod in api.list("v1", "Pod")
-            if labels.REPLICA in (pod["metadata"].get("labels") or {})
+            for pod in api.list("v1", "Pod", labels={labels.SERVING: "true"})
+            if labels.REPLICA in pod["metadata"]["labels"]
             and _has(pod, "Ready")
             and not pod["metadata"].get("deletionTimestamp")
         }

@@ -92,7 +92,9 @@ def alloc_cluster(plane: ControlPlane):
 
 
 def _pods(workload, ns: str, deployment: str) -> list[dict[str, Any]]:
-    return workload.list("v1", "Pod", namespace=ns, labels={"modelplane.ai/deployment": deployment})
+    """The deployment's engine pods (not its replicas' endpoint pickers)."""
+    pods = workload.list("v1", "Pod", namespace=ns, labels={"modelplane.ai/deployment": deployment})
+    return [p for p in pods if "modelplane.ai/engine" in p["metadata"].get("labels", {})]
 
 
 def _bound(pod: dict[str, Any]) -> bool:
@@ -235,7 +237,8 @@ def test_what_the_real_scheduler_cannot_place_reaches_the_user(plane, alloc_clus
         message = workloads.get("message", "")
         # the real scheduler's words, verbatim: two nodes, a taint on one, devices on the other
         assert "cannot be scheduled: 0/2 nodes are available" in message, message
-        assert "untolerated taint" in message and "plnt.test/maintenance" in message, message
+        assert "1 node(s) had untolerated taint" in message, message
+        assert "1 cannot allocate all claims" in message, message
         ready = live.condition(md, "ReplicasReady")
         assert replica["metadata"]["name"] in ready["message"], ready
         assert "0/2 nodes are available" in ready["message"], ready

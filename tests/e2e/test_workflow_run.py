@@ -85,6 +85,8 @@ def created(plane):
     seed = yaml.safe_load(SEED.read_text())
     assert seed["metadata"] == {"name": NAME, "namespace": NS}
     # the seed's replicas are served by llama.cpp's llama-server: the gate measures real tokens
+    # (started now: started on the first prompt, its start-up was that prompt's TTFT)
+    plane.simulator.engines.llama_server()
     plane.simulator.engines.policy = _real_engine
     watch = live.Watch(plane.mgmt, *WR, NAME, NS, _phase_and_why)
     plane.kubectl("apply", "-f", str(SEED))

@@ -16,8 +16,9 @@
   writes only what it would publish, one ResourceSlice per node (driver gpu.nvidia.com, one pool
   per node named after it, the devices with the attributes and capacity the InferenceClass
   declares for that GPU model, which are the driver's own names). The dra-example-driver
-  (sigs.k8s.io/dra-example-driver) publishes its slices from its kubelet plugin, which needs a
-  kubelet's plugin registration socket: none exists here.
+  (sigs.k8s.io/dra-example-driver v0.2.0, served by the module proxy) was not tried: its kubelet
+  plugin serves the kubelet's plugin-registration and DRA gRPC sockets and is run as a
+  DaemonSet pod on each node, and no kubelet runs here to start it or call it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ HEARTBEAT_SECONDS = 10.0
 # What kwok manages: the Nodes this module makes carry it; nothing else on the cluster is kwok's.
 KWOK_NODE = {"kwok.x-k8s.io/node": "fake"}
 DRIVER = "gpu.nvidia.com"
-WEIGHTS_INIT = "stage-weights"
 
 CONTROLLERS = ",".join(
     f"{c}-controller"
@@ -117,10 +117,6 @@ def start_kwok(name: str, procs: Processes, kubeconfig: pathlib.Path) -> subproc
             "--node-ip=10.0.0.1",
         ],
     )
-
-
-def stop_kwok(name: str, procs: Processes) -> None:
-    procs.stop(f"{name}-kwok")
 
 
 # --- kwok's Stages ----------------------------------------------------------------------------
