@@ -194,6 +194,19 @@ def test_what_plnt_says_fits_the_real_allocator_places(plane, alloc_cluster, cel
 MAINTENANCE = {"key": "plnt.test/maintenance", "value": "drain", "effect": "NoSchedule"}
 
 
+def _set_taints(workload, node: str, taints: list[dict[str, Any]]) -> None:
+    """The node's taints, as its operator sets them (a field manager of their own)."""
+    workload.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node},
+            "spec": {"taints": taints},
+        },
+        manager="plnt-e2e-operator",
+    )
+
+
 def test_what_the_real_scheduler_cannot_place_reaches_the_user(plane, alloc_cluster) -> None:
     """A bound replica whose pod kube-scheduler cannot place (its node tainted for maintenance
     and the pod replaced; the other node has 4 of the 8 devices it asks) shows the scheduler's
@@ -213,16 +226,8 @@ def test_what_the_real_scheduler_cannot_place_reaches_the_user(plane, alloc_clus
             )
         (pod,) = _pods(workload, "alloc-a", "whole")
         node = workload.get("v1", "Node", pod["spec"]["nodeName"])
-        node["spec"]["taints"] = [*(node["spec"].get("taints") or []), MAINTENANCE]
-        workload.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": node["metadata"]["name"]},
-                "spec": {"taints": node["spec"]["taints"]},
-            },
-            manager="plnt-e2e-operator",
-        )
+        taints = node["spec"].get("taints") or []
+        _set_taints(workload, node["metadata"]["name"], [*taints, MAINTENANCE])
         workload.delete("v1", "Pod", pod["metadata"]["name"], "alloc-a")
 
         def unschedulable(o: dict) -> bool:
@@ -250,16 +255,7 @@ def test_what_the_real_scheduler_cannot_place_reaches_the_user(plane, alloc_clus
         ]
         assert warnings, live.events_for(plane.mgmt, "alloc-a", "whole")
         # the node back in service: the pod is placed and the message goes
-        node["spec"]["taints"] = [t for t in node["spec"]["taints"] if t != MAINTENANCE]
-        workload.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": node["metadata"]["name"]},
-                "spec": {"taints": node["spec"]["taints"]},
-            },
-            manager="plnt-e2e-operator",
-        )
+        _set_taints(workload, node["metadata"]["name"], taints)
         live.wait_object(
             plane.mgmt,
             *MD,

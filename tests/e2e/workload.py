@@ -149,7 +149,7 @@ def _stage(
     }
 
 
-_NODE_STATUS = """\
+_NODE_CONDITIONS = """\
 {{ $now := Now }}
 conditions:
 {{ range NodeConditions }}
@@ -160,6 +160,11 @@ conditions:
   status: {{ .status | Quote }}
   type: {{ .type | Quote }}
 {{ end }}
+"""
+
+_NODE_STATUS = (
+    _NODE_CONDITIONS
+    + """\
 addresses:
 - address: {{ NodeIP | Quote }}
   type: InternalIP
@@ -179,144 +184,81 @@ nodeInfo:
   kubeletVersion: fake
 phase: Running
 """
+)
 
-_HEARTBEAT = """\
-{{ $now := Now }}
-conditions:
-{{ range NodeConditions }}
-- lastHeartbeatTime: {{ $now | Quote }}
-  lastTransitionTime: {{ or $.metadata.creationTimestamp $now | Quote }}
-  message: {{ .message | Quote }}
-  reason: {{ .reason | Quote }}
-  status: {{ .status | Quote }}
-  type: {{ .type | Quote }}
-{{ end }}
-"""
 
-_POD_CREATED = """\
-{{ $now := Now }}
-conditions:
-- type: PodScheduled
-  status: "True"
-  lastTransitionTime: {{ $now | Quote }}
-- type: Initialized
-  status: {{ if .spec.initContainers }}"False"{{ else }}"True"{{ end }}
-  reason: {{ if .spec.initContainers }}PodInitializing{{ else }}""{{ end }}
-  lastTransitionTime: {{ $now | Quote }}
-- type: ContainersReady
-  status: "False"
-  reason: ContainersNotReady
-  lastTransitionTime: {{ $now | Quote }}
-- type: Ready
-  status: "False"
-  reason: ContainersNotReady
-  lastTransitionTime: {{ $now | Quote }}
-{{ if .spec.initContainers }}
-initContainerStatuses:
-{{ range .spec.initContainers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  restartCount: 0
-  started: true
-  state:
-    running:
-      startedAt: {{ $now | Quote }}
-{{ end }}
-{{ end }}
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  restartCount: 0
-  started: false
-  state:
-    waiting:
-      reason: {{ if $.spec.initContainers }}PodInitializing{{ else }}ContainerCreating{{ end }}
-{{ end }}
+def _pod_conditions(initialized: str, reason: str, ready: bool) -> str:
+    """A pod's conditions (a Go template): scheduled, Initialized with ``initialized`` and
+    ``reason`` (template text), and its containers ready or not."""
+    since = "  lastTransitionTime: {{ $now | Quote }}\n"
+    ready_fields = '"True"\n  reason: ""' if ready else '"False"\n  reason: ContainersNotReady'
+    out = "{{ $now := Now }}\nconditions:\n"
+    out += '- type: PodScheduled\n  status: "True"\n' + since
+    out += f"- type: Initialized\n  status: {initialized}\n  reason: {reason}\n" + since
+    for typ in ("ContainersReady", "Ready"):
+        out += f"- type: {typ}\n  status: {ready_fields}\n" + since
+    return out
+
+
+def _container_statuses(field: str, containers: str, ready: bool, started: str, state: str) -> str:
+    """``field`` (initContainerStatuses or containerStatuses) for every container of
+    ``.spec.<containers>``: ready or not, ``started`` and ``state`` as template text."""
+    return (
+        f"{field}:\n{{{{ range .spec.{containers} }}}}\n"
+        "- image: {{ .image | Quote }}\n  name: {{ .name | Quote }}\n"
+        f"  ready: {str(ready).lower()}\n  restartCount: 0\n  started: {started}\n"
+        f"  state:\n{state}{{{{ end }}}}\n"
+    )
+
+
+_RUNNING = "    running:\n      startedAt: {{ $now | Quote }}\n"
+_INITS = "{{ if .spec.initContainers }}"
+
+_POD_CREATED = (
+    _pod_conditions(
+        _INITS + '"False"{{ else }}"True"{{ end }}',
+        _INITS + 'PodInitializing{{ else }}""{{ end }}',
+        ready=False,
+    )
+    + _INITS
+    + "\n"
+    + _container_statuses("initContainerStatuses", "initContainers", False, "true", _RUNNING)
+    + "{{ end }}\n"
+    + _container_statuses(
+        "containerStatuses",
+        "containers",
+        False,
+        "false",
+        "    waiting:\n      reason: {{ if $.spec.initContainers }}PodInitializing"
+        "{{ else }}ContainerCreating{{ end }}\n",
+    )
+    + """\
 hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
 podIP: {{ PodIPWith .spec.nodeName false .metadata.uid .metadata.name .metadata.namespace | Quote }}
 phase: Pending
 startTime: {{ $now | Quote }}
 """
+)
 
-_POD_INITIALIZED = """\
-{{ $now := Now }}
-conditions:
-- type: PodScheduled
-  status: "True"
-  lastTransitionTime: {{ $now | Quote }}
-- type: Initialized
-  status: "True"
-  reason: ""
-  lastTransitionTime: {{ $now | Quote }}
-- type: ContainersReady
-  status: "False"
-  reason: ContainersNotReady
-  lastTransitionTime: {{ $now | Quote }}
-- type: Ready
-  status: "False"
-  reason: ContainersNotReady
-  lastTransitionTime: {{ $now | Quote }}
-initContainerStatuses:
-{{ range .spec.initContainers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: true
-  restartCount: 0
-  started: false
-  state:
-    terminated:
-      exitCode: 0
-      reason: Completed
-      finishedAt: {{ $now | Quote }}
-{{ end }}
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  restartCount: 0
-  started: true
-  state:
-    running:
-      startedAt: {{ $now | Quote }}
-{{ end }}
-phase: Running
-"""
+_POD_INITIALIZED = (
+    _pod_conditions('"True"', '""', ready=False)
+    + _container_statuses(
+        "initContainerStatuses",
+        "initContainers",
+        True,
+        "false",
+        "    terminated:\n      exitCode: 0\n      reason: Completed\n"
+        "      finishedAt: {{ $now | Quote }}\n",
+    )
+    + _container_statuses("containerStatuses", "containers", False, "true", _RUNNING)
+    + "phase: Running\n"
+)
 
-_POD_READY = """\
-{{ $now := Now }}
-conditions:
-- type: PodScheduled
-  status: "True"
-  lastTransitionTime: {{ $now | Quote }}
-- type: Initialized
-  status: "True"
-  reason: ""
-  lastTransitionTime: {{ $now | Quote }}
-- type: ContainersReady
-  status: "True"
-  reason: ""
-  lastTransitionTime: {{ $now | Quote }}
-- type: Ready
-  status: "True"
-  reason: ""
-  lastTransitionTime: {{ $now | Quote }}
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: true
-  restartCount: 0
-  started: true
-  state:
-    running:
-      startedAt: {{ $now | Quote }}
-{{ end }}
-phase: Running
-"""
+_POD_READY = (
+    _pod_conditions('"True"', '""', ready=True)
+    + _container_statuses("containerStatuses", "containers", True, "true", _RUNNING)
+    + "phase: Running\n"
+)
 
 _LIVE = (".metadata.deletionTimestamp", "DoesNotExist", ())
 _BOUND = (".spec.nodeName", "Exists", ())
@@ -341,7 +283,7 @@ def stages(staging_s: float | None = None, engine_s: float | None = None) -> lis
             "node-heartbeat",
             "Node",
             [(ready, "In", ["True"])],
-            {"statusTemplate": _HEARTBEAT},
+            {"statusTemplate": _NODE_CONDITIONS},
             HEARTBEAT_SECONDS,
         ),
         _stage(

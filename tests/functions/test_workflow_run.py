@@ -1153,6 +1153,20 @@ def _children(stage: int, run_id: str) -> dict[str, dict]:
 _STABLE = {"type": "Canary", "status": "True", "reason": "Stable"}
 
 
+def _written(seen: tuple[int, ...]) -> list[str]:
+    """kubectl's sequence (the phase each time it changes) when the reconciles see the
+    children's steps ``seen``, each reconcile's written status the next one's observed XR."""
+    xr, written, run_id = seed(), [], None
+    for stage in [*seen, 7, 7, 7, 7]:  # the last step stays observed until it settles
+        st = status(run(xr, _children(stage, run_id or "")))
+        run_id = st["workflowRunId"]
+        if not written or written[-1] != st["phase"]:
+            written.append(st["phase"])
+        xr = copy.deepcopy(xr)
+        xr["status"] = st
+    return written
+
+
 def _regressions() -> list[tuple[int, ...]]:
     """The forward steps with, after each step from staging on, the children reporting an
     earlier state for one or two reconciles: not staging, staging, engine starting, or
@@ -1171,16 +1185,7 @@ def test_a_first_rollout_never_steps_back_when_a_child_reports_an_earlier_state(
     WorkflowRun walked PullingWeights, Deploying, SmokeTesting, Promoting a second time: the
     first rollout's sequence must stay the seed's whatever a child reports late."""
     for seen in _regressions():
-        xr, written, run_id = seed(), [], None
-        for stage in [*seen, 7, 7, 7, 7]:
-            rsp = run(xr, _children(stage, run_id or ""))
-            st = status(rsp)
-            run_id = st["workflowRunId"]
-            if not written or written[-1] != st["phase"]:
-                written.append(st["phase"])
-            xr = copy.deepcopy(xr)
-            xr["status"] = st
-        assert written == _SEED_SEQUENCE, (seen, written)
+        assert _written(seen) == _SEED_SEQUENCE, (seen, _written(seen))
     assert len(_regressions()) == 5 * 4 * 2
 
 
@@ -1206,16 +1211,7 @@ def test_a_first_rollout_writes_exactly_the_seeds_sequence_whatever_lands_betwee
     time it changes) must be the seed's, no more and no less."""
     runs = _interleavings()[chunk::9]
     for seen in runs:
-        xr, written, run_id = seed(), [], None
-        for stage in [*seen, 7, 7, 7, 7]:  # the last step stays observed until it settles
-            rsp = run(xr, _children(stage, run_id or ""))
-            st = status(rsp)
-            run_id = st["workflowRunId"]
-            if not written or written[-1] != st["phase"]:
-                written.append(st["phase"])
-            xr = copy.deepcopy(xr)
-            xr["status"] = st
-        assert written == _SEED_SEQUENCE, (seen, written)
+        assert _written(seen) == _SEED_SEQUENCE, (seen, _written(seen))
     assert len(_interleavings()) == 3**6
 
 
