@@ -54,10 +54,16 @@ class Processes:
         nice: int | None = None,
     ) -> subprocess.Popen:
         """``nice``: the child's niceness, set as it starts (long before a plnt server has
-        imported enough to serve, or to start the workers that inherit it)."""
+        imported enough to serve, or to start the workers that inherit it). Each child has a
+        session of its own, so a terminal's Ctrl-C reaches only the program that started it,
+        which stops its children by process id (`make dev`)."""
         log = (self.log_dir / f"{name}.log").open("ab")
         proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=dict(env) if env else None
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env else None,
+            start_new_session=True,
         )
         if nice is not None:
             os.setpriority(os.PRIO_PROCESS, proc.pid, nice)

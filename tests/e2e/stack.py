@@ -558,7 +558,9 @@ def main(argv: list[str] | None = None) -> int:
         while not stop:
             time.sleep(0.5)
     finally:
+        started = len(plane.procs.running)
         plane.close()
+        print(f"plnt control plane stopped ({started} processes).", flush=True)
     return 0
 
 
