@@ -156,7 +156,13 @@ def derive(
     has served yet: the WorkflowRun never reported an endpoint)."""
     phase = _derive(deployment, service, run)
     gate = contracts.Gate.of(contracts.gate_at(_status(deployment)))
-    passed = gate.passed and (run is None or contracts.CanaryStatus.of(deployment).run == run)
+    # this run's revision passed: the gate says so, or (its verdict acted on and cleared) the
+    # Canary condition says Promoted
+    promoted = _cond(deployment, CANARY).get("reason") == conditions.PROMOTED
+    passed = (gate.passed or promoted) and (
+        run is None or contracts.CanaryStatus.of(deployment).run == run
+    )
+    measured = gate.revision or (_status(deployment).get("revisions") or {}).get("stable")
     # a first revision takes no traffic until it passed, so reaching Promoting is a pass
     passed = passed or first_rollout
     # a phase held back in a first rollout reports no endpoint: nothing serves before Promoting
@@ -193,7 +199,7 @@ def derive(
         # an update's canary may be measured and promoted before this run's next reconcile
         return Phase(
             SMOKE_TESTING,
-            f"the latency gate measured revision {gate.revision}: Pass; promoting it",
+            f"the latency gate measured revision {measured}: Pass; promoting it",
             held,
         )
     reached = previous or ""

@@ -1229,6 +1229,13 @@ def test_an_update_measured_and_promoted_between_two_reconciles_still_shows_smok
         written.append(phase.name)
     assert written == ["SmokeTesting", "Promoting", "Ready", "Ready"]
     assert phases.derive(promoted, service, RUN, "Validating").endpoint == _URL
+    # promoted, and the gate's verdict already cleared from status (seen live): the same
+    cleared = _md({"stable": "b"}, None, _SCHEDULED, _READY, _PROMOTED)
+    smoke = phases.derive(cleared, _NOT_ROUTED, RUN, "Validating", first_rollout=False)
+    assert (smoke.name, smoke.message) == (
+        "SmokeTesting",
+        "the latency gate measured revision b: Pass; promoting it",
+    )
     # a verdict of another run is not this run's pass: nothing to show as measured
     other = _md({"stable": "b"}, _PASS, _SCHEDULED, _READY, _PROMOTED, run_id="r-other")
     assert phases.derive(other, service, RUN, "Validating").name == "Validating"
