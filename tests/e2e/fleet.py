@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from plnt import fleet_view
-from tests.e2e import live, simulator
+from tests.e2e import live, lws, simulator
 from tests.e2e.stack import REPO, ControlPlane
 
 API = "modelplane.ai/v1alpha1"
@@ -95,8 +95,10 @@ def apply_existing_cluster(
     """A workload cluster with ``nodes`` H100 nodes in pool h100, its kubeconfig Secret, the
     class and the InferenceCluster (``cluster``, by default `existing_cluster`) that adopts it."""
     workload = plane.workload(name)
-    # its operators installed NVIDIA's DRA driver: its DeviceClass, and each node's GPUs
+    # its operators installed NVIDIA's DRA driver (its DeviceClass, and each node's GPUs) and
+    # the LeaderWorkerSet controller gangs need, as they would on any GPU cluster
     workload.apply(simulator.NVIDIA_DEVICE_CLASS)
+    lws.start(workload.name, plane.procs, workload, plane.ca, workload.dir / "lws")
     plane.simulator.add_nodes(
         workload,
         "h100",
