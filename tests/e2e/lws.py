@@ -142,6 +142,9 @@ def start(
     existing CRD is left as it is), lws-manager serving its webhooks on a loopback port, and
     the webhook configurations; returns once the webhooks answer (a dry-run LeaderWorkerSet
     create passes the mutating and validating LWS webhooks, which fail closed)."""
+    running = procs.running.get(f"{name}-lws-manager")
+    if running is not None and running.poll() is None:
+        return running  # one controller per cluster, however often its set-up is applied
     workdir.mkdir(parents=True, exist_ok=True)
     if api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", CRD_NAME) is None:
         api.create_crds([crd()])

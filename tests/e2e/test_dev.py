@@ -8,6 +8,7 @@ whole group, as the terminal does on Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -64,9 +65,16 @@ def test_ctrl_c_stops_everything_with_one_line(tmp_path: pathlib.Path) -> None:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
         rest, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:  # a failed check: the stack still stops what it started
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for pid in _ours(workdir):  # and whatever it could not, by process id
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     after = [line for line in rest.splitlines() if line.strip()]
     assert proc.returncode == 0, rest
     assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
