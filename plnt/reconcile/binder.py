@@ -178,29 +178,9 @@ class Binder:
     def write_quota_ledger(self, state: tenancy.QuotaLedger, resource_version: str | None) -> bool:
         """Compare-and-swap, as `write_ledger`."""
         cm = tenancy.quota_ledger_configmap(state, self.namespace)
-        body = client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(
-                name=cm["metadata"]["name"],
-                namespace=self.namespace,
-                labels=cm["metadata"]["labels"],
-                resource_version=resource_version,
-            ),
-            data=cm["data"],
+        return self._swap_config_map(
+            cm["metadata"]["name"], cm["metadata"]["labels"], cm["data"], resource_version
         )
-        try:
-            if resource_version is None:
-                self.core.create_namespaced_config_map(
-                    self.namespace, body, field_manager=FIELD_MANAGER
-                )
-            else:
-                self.core.replace_namespaced_config_map(
-                    cm["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER
-                )
-        except ApiException as err:
-            if err.status == 409:
-                return False
-            raise
-        return True
 
     def write_quota_status(self, quota: Mapping[str, Any], state: tenancy.QuotaLedger) -> None:
         """status.used (devices per class), status.namespaces, status.replicas: what
@@ -225,14 +205,30 @@ class Binder:
 
     def write_ledger(self, state: ledgers.Ledger, resource_version: str | None) -> bool:
         """Compare-and-swap: False if the ledger moved on since `resource_version`."""
+        return self._swap_config_map(
+            ledger_name(state.cluster),
+            {LEDGER_LABEL: "true"},
+            {ledgers.DATA_KEY: state.model_dump_json()},
+            resource_version,
+        )
+
+    def _swap_config_map(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        data: Mapping[str, str],
+        resource_version: str | None,
+    ) -> bool:
+        """Creates the ConfigMap (no `resource_version`) or replaces it at exactly that
+        version; False if another writer got there first."""
         body = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
-                name=ledger_name(state.cluster),
+                name=name,
                 namespace=self.namespace,
-                labels={LEDGER_LABEL: "true"},
+                labels=dict(labels),
                 resource_version=resource_version,
             ),
-            data={ledgers.DATA_KEY: state.model_dump_json()},
+            data=dict(data),
         )
         try:
             if resource_version is None:
@@ -241,7 +237,7 @@ class Binder:
                 )
             else:
                 self.core.replace_namespaced_config_map(
-                    ledger_name(state.cluster), self.namespace, body, field_manager=FIELD_MANAGER
+                    name, self.namespace, body, field_manager=FIELD_MANAGER
                 )
         except ApiException as err:
             if err.status == 409:  # Conflict (stale resourceVersion) or AlreadyExists
