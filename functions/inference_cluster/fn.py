@@ -1,7 +1,8 @@
 """InferenceCluster: a cluster of the fleet, its ProviderConfigs and its serving stack.
 
-Also serves InferenceQuota (quota.py), the platform team's other fleet-wide kind: it checks the
-quota and composes nothing (the binder enforces it and writes its status).
+Also serves InferenceQuota (quota.py) and InferenceGrant (grant.py), the platform team's other
+fleet-wide kinds: it checks them and composes nothing (the binder enforces a quota and writes its
+status; the ModelService and ModelEndpoint functions read grants).
 
 Reads: the InferenceCluster (XR); each node pool's InferenceClass (required by name); for
 source Existing, the kubeconfig Secret (required by name and namespace); observed composed
@@ -40,7 +41,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.inference_cluster import quota, resources, stack
+from functions.inference_cluster import grant, quota, resources, stack
 from plnt import conditions, contracts, xp
 from plnt.models import inference_class, inference_cluster
 from plnt.models.inference_class import InferenceClassSpec
@@ -57,6 +58,8 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     xr = xp.composite(req)
     if xr.get("kind") == "InferenceQuota":
         return quota.run(rsp, xr)
+    if xr.get("kind") == "InferenceGrant":
+        return grant.run(rsp, xr)
     name = (xr.get("metadata") or {}).get("name", "")
     inference_cluster.check_name(name)
     spec = inference_cluster.parse(xr.get("spec"))

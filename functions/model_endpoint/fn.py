@@ -5,10 +5,14 @@ people make them by hand for anything else that speaks the OpenAI API (a hosted 
 a server outside the fleet), optionally with ``auth.secretRef`` naming the Secret key that
 holds its API key. Both kinds are routed the same way by ModelService.
 
-The function validates the URL and publishes it in status. It does not probe the URL (a
-composition function must answer quickly and without side effects), so ``Reachable`` is
-Unknown with reason NotProbed; the canary gate and ModelService readiness are where
-reachability is measured. The Secret is referenced, never read: its value never reaches
+The function validates the URL and publishes it in status. The target must be one the
+platform lets its gateway reach for this namespace (plnt.targets, the check ModelService
+applies too, with the namespace's InferenceGrants, the fleet's gateway addresses and the
+Namespaces a host name could resolve into, all required): otherwise ``Valid`` is False with
+reason TargetRefused naming why, a Warning says it and ``status.url`` is left out. It does not
+probe the URL (a composition function must answer quickly and without side effects), so
+``Reachable`` is Unknown with reason NotProbed; the canary gate and ModelService readiness are
+where reachability is measured. The Secret is referenced, never read: its value never reaches
 status, conditions or events.
 """
 
@@ -18,23 +22,41 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import conditions, xp
+from plnt import conditions, grants, targets, xp
 from plnt.models.model_endpoint import ModelEndpointSpec, target
+
+TARGET_REFUSED = "TargetRefused"  # Valid reason: the platform's gateway may not be sent there
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     rsp = xp.respond(req)
     xr = xp.composite(req)
+    namespace = (xr.get("metadata") or {}).get("namespace", "")
     spec = xp.parse(ModelEndpointSpec, xr.get("spec") or {}, "spec")
 
-    scheme, host, port, path = target(spec.url, spec.rewrite_path)
+    # inputs: what the platform grants the namespace, and what is the platform's own
+    grant = grants.require_grant(req, rsp, namespace)
+    policy = grants.require_policy(req, rsp, namespace, grant, [spec.url])
 
-    xp.set_status(rsp, endpoint_status(spec))
+    # decisions
+    scheme, host, port, path = target(spec.url, spec.rewrite_path)
+    refused = targets.refusal(spec.url, spec.rewrite_path, policy)
+
+    status = endpoint_status(spec)
+    if refused:
+        status.pop("url")
+        xp.warning(rsp, f"spec.url points at {refused}; no ModelService routes to it")
+        valid = xp.Condition(
+            conditions.VALID, False, TARGET_REFUSED, f"spec.url points at {refused}"
+        )
+    else:
+        valid = xp.Condition(
+            conditions.VALID, True, conditions.AVAILABLE, f"{scheme} to {host}:{port}, path {path}"
+        )
+    xp.set_status(rsp, status)
     xp.set_conditions(
         rsp,
-        xp.Condition(
-            conditions.VALID, True, conditions.AVAILABLE, f"{scheme} to {host}:{port}, path {path}"
-        ),
+        valid,
         xp.Condition(
             conditions.REACHABLE,
             None,

@@ -11,6 +11,9 @@ Per backendRef a ``URLRewrite`` filter replaces the ModelService path prefix wit
 endpoint's own path and, for a DNS host, sets the Host header to it (virtual-hosted
 providers and TLS SNI need it). An ``https`` endpoint also gets a BackendTLSPolicy so the
 gateway originates TLS and verifies the host's certificate against the system CAs.
+
+Which hosts may become a backend at all is plnt.targets' to say (the ModelService function asks
+it before anything here is built).
 """
 
 from __future__ import annotations
@@ -19,29 +22,9 @@ import ipaddress
 from typing import Any
 
 from plnt import names
-from plnt.models.model_endpoint import target, usable_host
+from plnt.models.model_endpoint import target
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
-
-
-def refused_host(host: str) -> str | None:
-    """Why the gateway must not be pointed at ``host``, or None.
-
-    An ExternalName or EndpointSlice backend sends gateway traffic wherever it says
-    (CVE-2021-25740): in-cluster Service names, loopback (the proxy's own admin port) and
-    link-local addresses (cloud metadata) are refused, so a ModelEndpoint cannot be used to
-    reach what its author could not reach directly.
-    """
-    if not usable_host(host):  # it would make an HTTPRoute hostname or ExternalName refused
-        return "neither a DNS name nor an IP address"
-    name = host.rstrip(".").lower()
-    if name == "localhost" or name.endswith((".cluster.local", ".svc", ".localhost")):
-        return "an in-cluster or local host name"
-    if is_ip(name):
-        address = ipaddress.ip_address(name)
-        if address.is_loopback or address.is_link_local or address.is_unspecified:
-            return "a loopback, link-local or unspecified address"
-    return None
 
 
 def backend_name(service: str, endpoint: str) -> str:

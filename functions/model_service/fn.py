@@ -17,9 +17,10 @@ Design choices:
   revision takes none until the canary gate passes it.
 - ``status.url`` is ``http://<host><path>``, the host being ``spec.hostnames[0]`` or the
   Gateway's first status address.
-- An endpoint with a malformed spec, or whose host is not a DNS name or IP address or is
-  in-cluster, loopback or link-local (backends.refused_host), gets no traffic and a warning
-  instead of failing the service.
+- An endpoint with a malformed spec, or whose target the platform's gateway may not be sent to
+  (plnt.targets, the check ModelEndpoint makes too: inside the platform, or another
+  namespace's replicas without an InferenceGrant), gets no traffic and a warning instead of
+  failing the service.
 - The control-plane Gateway is a prerequisite plnt does not create (it is shared by every
   ModelService, and its class is the platform's choice). While it is missing, or does not
   accept the route, ``Routed`` is False and names it, so whoever waits on the service (a
@@ -28,14 +29,14 @@ Design choices:
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_service import backends, weights
-from plnt import conditions, contracts, labels, xp
+from plnt import conditions, contracts, grants, labels, xp
+from plnt import targets as plnt_targets
 from plnt.models.model_endpoint import ModelEndpointSpec
 from plnt.models.model_service import ModelServiceSpec
 
@@ -59,8 +60,10 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     spec = xp.parse(ModelServiceSpec, xr.get("spec") or {}, "spec")
     gateway = {"name": spec.gateway_ref.name, "namespace": spec.gateway_ref.namespace}
 
-    # inputs: endpoints per selector, the deployments they belong to, the gateway's address
-    selected, targets, refused = selected_endpoints(req, rsp, spec, namespace)
+    # inputs: what the platform grants the namespace; endpoints per selector, the deployments
+    # they belong to, the gateway's address
+    grant = grants.require_grant(req, rsp, namespace)
+    selected, targets, refused = selected_endpoints(req, rsp, spec, namespace, grant)
     endpoints = {ep["metadata"]["name"]: ep for found in selected for ep in found}
     deployments = deployments_of(req, rsp, endpoints.values(), namespace)
     # A deployment's first revision takes no traffic until the canary gate passes it.
@@ -199,11 +202,12 @@ def selected_endpoints(
     rsp: fnv1.RunFunctionResponse,
     spec: ModelServiceSpec,
     namespace: str,
+    grant: grants.Grant,
 ) -> tuple[list[list[dict[str, Any]]], dict[str, tuple[str, str | None]], dict[str, str]]:
     """Per group, the usable ModelEndpoints it selects; (URL, rewrite) per endpoint name; and
     why each refused endpoint was refused.
 
-    An endpoint with a malformed spec or a refused host is left out with a warning.
+    An endpoint with a malformed spec or a refused target is left out with a warning.
     """
     found_per_group = [
         xp.require(
@@ -219,9 +223,12 @@ def selected_endpoints(
         for i, group in enumerate(spec.endpoints)
     ]
     every = {ep["metadata"]["name"]: ep for found in found_per_group for ep in found}
+    parsed = {ep_name: _parsed(ep) for ep_name, ep in every.items()}
+    urls = [p.url for p in parsed.values() if p is not None]
+    policy = grants.require_policy(req, rsp, namespace, grant, urls)
     targets, refused = {}, {}
-    for ep_name, ep in sorted(every.items()):
-        target, problem = _target(ep)
+    for ep_name, _ep in sorted(every.items()):
+        target, problem = _target(parsed[ep_name], policy)
         if problem:
             xp.warning(rsp, f"ModelEndpoint {ep_name} {problem}; it gets no traffic")
             refused[ep_name] = problem
@@ -331,16 +338,22 @@ def _canary_percent(deployment: dict[str, Any]) -> int:
     return percent if 1 <= percent <= 100 else 0
 
 
-def _target(ep: dict[str, Any]) -> tuple[tuple[str, str | None], str | None]:
-    """An endpoint's (URL, rewrite path), or why it gets no traffic."""
+def _parsed(ep: dict[str, Any]) -> ModelEndpointSpec | None:
     try:
-        spec = xp.parse(ModelEndpointSpec, ep.get("spec") or {}, "spec")
+        return xp.parse(ModelEndpointSpec, ep.get("spec") or {}, "spec")
     except xp.InvalidInput:
+        return None
+
+
+def _target(
+    spec: ModelEndpointSpec | None, policy: plnt_targets.Policy
+) -> tuple[tuple[str, str | None], str | None]:
+    """An endpoint's (URL, rewrite path), or why it gets no traffic."""
+    if spec is None:
         return ("", None), "has an invalid spec"
-    host = urllib.parse.urlsplit(spec.url).hostname or ""
-    refused = backends.refused_host(host)
+    refused = plnt_targets.refusal(spec.url, spec.rewrite_path, policy)
     if refused:
-        return ("", None), f"points at {refused} ({host})"
+        return ("", None), f"points at {refused}"
     return (spec.url, spec.rewrite_path), None
 
 

@@ -12,8 +12,7 @@ from functions.inference_cluster import stack
 from functions.model_deployment import scheduler
 from functions.model_replica import replica as model_replica_objects
 from functions.model_replica import workloads
-from functions.model_service import backends
-from plnt import xp
+from plnt import targets, xp
 from plnt.fleet import cluster_of
 from plnt.models import (
     coreweave_cluster,
@@ -250,7 +249,8 @@ def test_gateway_address_trusts_no_shape_of_the_read_back_gateway(addresses, exp
 
 @pytest.mark.parametrize("host", [".", "api.example.com-", "-api.example.com", "a" * 254, "a_b"])
 def test_model_service_refuses_a_host_that_is_no_dns_name_or_ip(host: str) -> None:
-    assert backends.refused_host(host) == "neither a DNS name nor an IP address"
+    refused = targets.refusal(f"http://{host}/", None, targets.Policy(namespace="ml-team"))
+    assert refused == f"neither a DNS name nor an IP address ({host})"
 
 
 def test_an_endpoint_with_an_unusable_host_gets_no_traffic_and_a_warning() -> None:

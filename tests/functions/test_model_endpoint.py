@@ -11,7 +11,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_endpoint import fn
 from plnt import xp
-from plnt_host import runtime
+from plnt_host import render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXTERNAL = yaml.safe_load((REPO / "examples/model-endpoint-external/xr.yaml").read_text())
@@ -30,10 +30,14 @@ COMPOSED = {
 }
 
 
-def run(xr: dict) -> fnv1.RunFunctionResponse:
+def run(xr: dict, required: list[dict] | None = None) -> fnv1.RunFunctionResponse:
+    """The real run_function, re-run with what it required until stable, as Crossplane does."""
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(xr)
-    return runtime.call_sync(fn.run_function, req, "function-model-endpoint")
+    rsp, _ = render.run_with_requirements(
+        fn.run_function, req, required or [], "function-model-endpoint"
+    )
+    return rsp
 
 
 def status(rsp: fnv1.RunFunctionResponse) -> dict:

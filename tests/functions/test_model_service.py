@@ -383,8 +383,11 @@ def test_weights_always_sum_to_the_total_and_stay_within_one_unit(gs, pct) -> No
     [
         ("http://kube-dns.kube-system.svc.cluster.local:53", "an in-cluster or local host name"),
         ("http://localhost:15000", "an in-cluster or local host name"),
-        ("http://127.0.0.1:15000", "a loopback, link-local or unspecified address"),
-        ("http://169.254.169.254/latest", "a loopback, link-local or unspecified address"),
+        ("http://127.0.0.1:15000", "an address inside the platform (127.0.0.1, in 127.0.0.0/8)"),
+        (
+            "http://169.254.169.254/latest",
+            "an address inside the platform (169.254.169.254, in 169.254.0.0/16)",
+        ),
     ],
 )
 def test_endpoints_pointing_inside_the_cluster_or_at_the_proxy_are_refused(

@@ -25,7 +25,7 @@ def _xrd(path: pathlib.Path) -> dict:
 
 
 def test_every_kind_is_in_the_plnt_category() -> None:
-    assert len(XRDS) == 10  # InferenceQuota is the tenth
+    assert len(XRDS) == 11  # InferenceGrant is the eleventh
     kinds = {_xrd(p)["spec"]["names"]["kind"]: _xrd(p)["spec"]["names"] for p in XRDS}
     assert {k for k, names in kinds.items() if CATEGORY not in names.get("categories", [])} == set()
 
