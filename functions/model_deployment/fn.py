@@ -6,7 +6,11 @@ every InferenceClass and every ModelReplica on the fleet. The ModelReplica requi
 empty label selector and no namespace, which Crossplane answers with the ModelReplicas of all
 namespaces, so the scheduler counts capacity used by every deployment. The fleet is read
 through `reading` (only the fields the scheduler uses), which keeps a 1,000-cluster request
-well under the 0.5 s budget.
+well under the 0.5 s budget. With the binder's fleet view, the view replaces those two
+requirements, and the InferenceClusters a fence matters for are required by name: those of its
+replicas not bound yet and those it is about to place new ones on (a placement on a cluster not
+read yet waits for the next call), so the fence is the object's, as the binder reads it, not a
+view's that may predate it.
 
 Composes: per placed replica a ModelReplica named `<md>-<revision[:6]>-<index>` (stable across
 reconciles: pins are read back from the observed ModelReplicas), labelled with the
@@ -76,6 +80,53 @@ def tenancy_inputs(
     )
 
 
+def _quota_exceeded(
+    quotas: list[tenancy.QuotaLedger],
+    pending: list[dict[str, int]],
+    asks: Mapping[str, int],
+    namespace: str,
+) -> str:
+    """Why `asks` does not fit a quota after what its ledger reserves and `pending`, or ''."""
+    for q in quotas:
+        used = q.used()
+        for extra in pending:
+            for cls, n in extra.items():
+                used[cls] = used.get(cls, 0) + n
+        for cls, n in sorted(asks.items()):
+            if cls in q.hard and used.get(cls, 0) + n > q.hard[cls]:
+                return tenancy.hold_message(
+                    [namespace] if len(q.namespaces) == 1 else q.namespaces,
+                    used, q.hard, cls, q.quota,
+                )  # fmt: skip
+    return ""
+
+
+def unreserved(
+    tenant: Tenant, own: dict[str, dict[str, Any]], namespace: str
+) -> tuple[list[dict[str, int]], dict[str, str]]:
+    """The deployment's replicas some covering quota does not reserve yet, taken oldest first
+    as the binder reserves them: what those that still fit ask, and, by name, those not bound
+    that no longer fit, with why (the quota was lowered, or another deployment reserved the
+    room first). A bound one stays, counted (a quota evicts nothing already committed)."""
+    pending: list[dict[str, int]] = []
+    over: dict[str, str] = {}
+    waiting = []
+    for obj in own.values():
+        meta = obj["metadata"]
+        key = f"{namespace}/{meta.get('name', '')}"
+        state = binding.state_of(obj).state
+        if state != binding.REFUSED_STATE and any(key not in q.entries for q in tenant.quotas):
+            waiting.append((str(meta.get("creationTimestamp") or ""), key, obj, state))
+    for _created, _key, obj, state in sorted(waiting, key=lambda w: (w[0], w[1])):
+        asks = binding.devices_of(obj)
+        why = _quota_exceeded(tenant.quotas, pending, asks, namespace)
+        if why and state != binding.BOUND:
+            over[obj["metadata"].get("name", "")] = why
+            continue
+        pending.append(asks)
+    return pending, over
+
+
 def within_quotas(
     sched: scheduler.Schedule,
     tenant: Tenant,
@@ -86,18 +137,17 @@ def within_quotas(
     rev: str,
     raw_spec: dict[str, Any],
 ) -> scheduler.Schedule:
-    """The schedule with the new replicas no quota covering the namespace has room for left
-    out, the shortfall naming the quota. Room: hard less what the quota ledger reserves less
-    what this deployment's replicas it does not reserve yet ask (they are proposals it will
-    weigh first)."""
-    if not tenant.quotas or not sched.placed:
+    """The schedule with the quotas covering the namespace applied: replicas not bound that no
+    longer fit are released (`unreserved`), and the new replicas no quota has room for left out,
+    the shortfall naming the quota. Room: hard less what the quota ledger reserves less what
+    this deployment's replicas it does not reserve yet ask (they are proposals it will weigh
+    first)."""
+    if not tenant.quotas:
         return sched
-    pending: list[dict[str, int]] = []
-    for obj in own.values():
-        key = f"{namespace}/{obj['metadata'].get('name', '')}"
-        if any(key not in q.entries for q in tenant.quotas):
-            pending.append(binding.devices_of(obj))
-    kept: list[scheduler.Placement] = []
+    pending, over = unreserved(tenant, own, namespace)
+    kept = [r for r in sched.kept if r.name not in over]
+    released = [*sched.released, *(r for r in sched.kept if r.name in over)]
+    placed: list[scheduler.Placement] = []
     why = ""
     for placement in sched.placed:
         obj = rep.model_replica(
@@ -105,29 +155,26 @@ def within_quotas(
             spec=raw_spec, placement=placement,
         )  # fmt: skip
         asks = binding.devices_of(obj)
-        for q in tenant.quotas:
-            used = q.used()
-            for extra in pending:
-                for cls, n in extra.items():
-                    used[cls] = used.get(cls, 0) + n
-            for cls, n in sorted(asks.items()):
-                if cls in q.hard and used.get(cls, 0) + n > q.hard[cls]:
-                    why = why or tenancy.hold_message(
-                        [namespace] if len(q.namespaces) == 1 else q.namespaces,
-                        used, q.hard, cls, q.quota,
-                    )  # fmt: skip
+        why = _quota_exceeded(tenant.quotas, pending, asks, namespace)
         if why:
             break
-        kept.append(placement)
+        placed.append(placement)
         pending.append(asks)
-    if len(kept) == len(sched.placed):
+    if len(kept) == len(sched.kept) and len(placed) == len(sched.placed):
         return sched
-    total = len(sched.kept) + len(kept)
+    total = len(kept) + len(placed)
+    said = [f"{r.name} released ({over[r.name]})" for r in sched.kept if r.name in over]
+    said += [why] if why else []
+    rest = sched.message.removeprefix(
+        scheduler.summary(len(sched.kept) + len(sched.placed), sched.wanted)
+    )
     return dataclasses.replace(
         sched,
-        placed=kept,
+        kept=kept,
+        released=released,
+        placed=placed,
         reason=scheduler.INSUFFICIENT_QUOTA,
-        message=f"placed {total} of {sched.wanted} replicas; {why}",
+        message=f"{scheduler.summary(total, sched.wanted)}{rest}; " + "; ".join(said),
     )
 
 
@@ -156,7 +203,11 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     own = {(o["metadata"].get("name") or ""): o for o in observed.values()}
     own_placed = [scheduler.placed_replica(o) for o in own.values()]
     snapshot = reading.snapshot(
-        req, rsp, spec.cluster_selector.match_labels, {r.cluster for r in own_placed}
+        req,
+        rsp,
+        spec.cluster_selector.match_labels,
+        {r.cluster for r in own_placed},
+        fenced={r.cluster for r in own_placed if r.state != binding.BOUND},
     )
     tenant = tenancy_inputs(req, rsp, namespace)
     if classes is None or snapshot is None or tenant is None:
@@ -211,6 +262,20 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             rev=rev,
             raw_spec=raw_spec,
         )
+
+    # A new replica goes only where the cluster's own fence admits it, read as the binder
+    # reads it: a view written before the fence was set must not propose one there.
+    unread = sorted({p.cluster for s in schedules.values() for p in s.placed} - snapshot.read)
+    if unread:
+        reading.clusters_by_name(req, rsp, unread)  # the next call holds them
+        xp.set_conditions(
+            rsp,
+            conditions.waiting(
+                conditions.REPLICAS_SCHEDULED,
+                f"reading the fences of clusters {', '.join(unread)}",
+            ),
+        )
+        return rsp
 
     # --- desired resources ----------------------------------------------------------------
     out = Composed()

@@ -114,6 +114,9 @@ class Snapshot:
     size: int  # clusters on the whole fleet
     viewed: bool  # read from the fleet view
     unreadable: Sequence[str] = ()  # view parts that did not read (read the whole fleet instead)
+    # clusters whose InferenceCluster this request holds (found or not): their fence is the
+    # object's, as the binder reads it when it commits
+    read: frozenset[str] = frozenset()
 
     @property
     def used(self) -> Mapping[tuple[str, str], tuple[capacity.NodeUse, ...]]:
@@ -144,18 +147,25 @@ class _ViewUse(Mapping[tuple[str, str], tuple[capacity.NodeUse, ...]]):
         return sum(len(v.used) for v in self._views.values())
 
 
+CLUSTER_BY_NAME = "cluster-"  # requirement name prefix: one InferenceCluster, by name
+
+
 def snapshot(
     req: fnv1.RunFunctionRequest,
     rsp: fnv1.RunFunctionResponse,
     selector_labels: Mapping[str, str],
     own_clusters: Iterable[str],
+    fenced: Iterable[str] = (),
 ) -> Snapshot | None:
     """The fleet for this reconcile, None until Crossplane has answered every requirement.
 
     With a view: the parts whose labels carry the clusterSelector's matchLabels (but for
     per-cluster labels; the scheduler applies the whole selector), and by name the
     InferenceClusters of this deployment's own replicas that those parts leave out (a pin stays
-    while its cluster exists, matching the selector or not)."""
+    while its cluster exists, matching the selector or not). The clusters in `fenced` are read
+    by name too, and their fence taken from the object rather than the view, which the binder
+    writes after its pass and may predate a fence. Every cluster this request already holds by
+    name is asked for again, so what is asked only grows within a reconcile and settles."""
     namespace = fleet_view.NAMESPACE
     response.require_resources(
         rsp, "fleet-view-index", "v1", "ConfigMap",
@@ -179,24 +189,44 @@ def snapshot(
     if unreadable:  # what those parts held is unknown: nothing is placed on a guess
         whole = _whole_fleet(req, rsp)
         return whole and dataclasses.replace(whole, unreadable=tuple(unreadable))
-    clusters = [v.cluster for v in views.values()]
-    missing = sorted(set(own_clusters) - set(views))
-    answered = True
-    for name in missing:
-        requirement = f"own-cluster-{name}"
+    missing = set(own_clusters) - set(views)
+    live = clusters_by_name(req, rsp, missing | set(fenced) | held_by_name(req))
+    if not missing <= set(live):
+        return None
+    clusters = []
+    for name, v in views.items():
+        if name not in live:
+            clusters.append(v.cluster)
+        elif (found := live[name]) is not None:  # else deleted since the view was written
+            clusters.append(dataclasses.replace(v.cluster, fence=found.fence))
+    clusters += [c for name in sorted(missing) if (c := live[name]) is not None]
+    return Snapshot(clusters, [], views, size, True, read=frozenset(live))
+
+
+def held_by_name(req: fnv1.RunFunctionRequest) -> set[str]:
+    """The clusters this request holds by name (asked for by the previous call)."""
+    return {
+        n.removeprefix(CLUSTER_BY_NAME)
+        for n in req.required_resources
+        if n.startswith(CLUSTER_BY_NAME)
+    }
+
+
+def clusters_by_name(
+    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, names: Iterable[str]
+) -> dict[str, fleet.Cluster | None]:
+    """Asks for each InferenceCluster of `names` by name; of those Crossplane has answered, the
+    cluster, or None where there is no such InferenceCluster."""
+    out: dict[str, fleet.Cluster | None] = {}
+    for name in sorted(set(names)):
+        requirement = f"{CLUSTER_BY_NAME}{name}"
         response.require_resources(
             rsp, requirement, contracts.MODELPLANE_API_VERSION, "InferenceCluster", match_name=name
         )
-        if requirement not in req.required_resources:
-            answered = False
-            continue
-        clusters += [
-            fleet.cluster_of(read(i.resource, CLUSTER))
-            for i in req.required_resources[requirement].items
-        ]
-    if not answered:
-        return None
-    return Snapshot(clusters, [], views, size, True)
+        if requirement in req.required_resources:
+            items = req.required_resources[requirement].items
+            out[name] = fleet.cluster_of(read(items[0].resource, CLUSTER)) if items else None
+    return out
 
 
 def _whole_fleet(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> Snapshot | None:
@@ -211,4 +241,5 @@ def _whole_fleet(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) ->
     if clusters is None or replicas is None:
         return None
     parsed = [fleet.cluster_of(c) for c in clusters]
-    return Snapshot(parsed, replicas, {}, len(parsed), False)
+    every = frozenset(c.name for c in parsed)
+    return Snapshot(parsed, replicas, {}, len(parsed), False, read=every)

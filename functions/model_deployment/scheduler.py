@@ -21,8 +21,9 @@ in full: never overcommitted.
 
 Pins. A replica already placed stays on its cluster and pools while the cluster exists, Ready
 or not (the function drops only its endpoint); a replica whose cluster is gone is released and
-a new one placed in its stead. When there are more pins than wanted, replicas on clusters
-that are not Ready are released first, then the highest-numbered.
+a new one placed in its stead, and so is one the binder refused, or has not bound yet while its
+cluster's fence no longer admits the namespace. When there are more pins than wanted, replicas
+on clusters that are not Ready are released first, then the highest-numbered.
 
 Order (deterministic for the same inputs):
 1. Candidate clusters match ``clusterSelector`` and are Ready.
@@ -659,12 +660,25 @@ class Scheduler:
 
 
 def keep_pins(
-    own: Sequence[PlacedReplica], clusters: Mapping[str, Cluster], replicas: int
+    own: Sequence[PlacedReplica],
+    clusters: Mapping[str, Cluster],
+    replicas: int,
+    admitted: Callable[[Cluster], bool] = lambda _: True,
 ) -> tuple[list[PlacedReplica], list[PlacedReplica]]:
     """(kept, released): pins stay while their cluster exists; of more than `replicas`, those
-    on clusters that are not Ready go first, then the highest index."""
-    alive = [r for r in own if r.cluster in clusters and r.state != binding.REFUSED_STATE]
-    gone = [r for r in own if r.cluster not in clusters or r.state == binding.REFUSED_STATE]
+    on clusters that are not Ready go first, then the highest index. A replica the binder
+    refused goes, and so does one it has not bound whose cluster no longer `admitted` its
+    namespace: it is a proposal the binder will refuse, whatever the view it was placed on
+    said. A bound one keeps its pin (tightening a fence evicts nothing)."""
+
+    def stays(r: PlacedReplica) -> bool:
+        cluster = clusters.get(r.cluster)
+        if cluster is None or r.state == binding.REFUSED_STATE:
+            return False
+        return r.state == binding.BOUND or admitted(cluster)
+
+    alive = [r for r in own if stays(r)]
+    gone = [r for r in own if not stays(r)]
     alive.sort(key=lambda r: (not clusters[r.cluster].ready, replica_index(r.name), r.name))
     return alive[:replicas], gone + alive[replicas:]
 
@@ -705,9 +719,9 @@ def schedule(
     let go are given back, so the snapshot is the one `fleet` alone would give. `fleet_size`: the
     clusters on the whole fleet when `clusters` is narrowed to those the selector can match.
     `namespace_labels`: the labels of the deployment's `namespace`; a cluster whose fence
-    (spec.namespaceSelector) does not admit them takes nothing new and is named in the shortfall
-    (None: no fence is checked). `evaluate`/`compile_check` default to
-    `plnt.cel.evaluate`/`plnt.cel.compile`.
+    (spec.namespaceSelector) does not admit them takes nothing new and is named in the shortfall,
+    and loses the `own` replicas the binder has not bound (None: no fence is checked).
+    `evaluate`/`compile_check` default to `plnt.cel.evaluate`/`plnt.cel.compile`.
     """
     if evaluate is None or compile_check is None:
         from plnt import cel
@@ -721,14 +735,13 @@ def schedule(
         engines, fleet_clusters, {c["metadata"]["name"]: c for c in classes}, evaluate, used
     )
 
+    def admitted(c: Cluster) -> bool:
+        return namespace_labels is None or tenancy.admits(c.fence, namespace_labels)
+
     own_keys = {(r.namespace, r.name) for r in own}
-    kept, released = keep_pins(own, by_name, replicas)
+    kept, released = keep_pins(own, by_name, replicas, admitted)
     gone = "".join(
-        f"; {r.name} released (cluster {r.cluster} is gone)"
-        if r.cluster not in by_name
-        else f"; {r.name} released (the binder refused it: {r.message})"
-        for r in released
-        if r.cluster not in by_name or r.state == binding.REFUSED_STATE
+        f"; {r.name} released ({why})" for r in released if (why := _let_go(r, by_name, admitted))
     )
     # Committed replicas first (their slots are exact), then proposals in a fixed order.
     holding = [r for r in fleet if (r.namespace, r.name) not in own_keys]
@@ -747,21 +760,18 @@ def schedule(
 
     invalid = _invalid_selectors(engines, compile_check) if place_new else ""
     if invalid:
-        msg = f"{_summary(len(kept), replicas)}{gone}; {invalid}"
+        msg = f"{summary(len(kept), replicas)}{gone}; {invalid}"
         return Schedule(kept, released, [], replicas, INVALID_NODE_SELECTOR, msg)
 
     matching = sorted(
         (c for c in fleet_clusters if cluster_selector(c.labels)), key=lambda c: c.name
     )
 
-    def admitted(c: Cluster) -> bool:
-        return namespace_labels is None or tenancy.admits(c.fence, namespace_labels)
-
     ready = [c for c in matching if c.ready and admitted(c)]
     placed = sched.place(needed, ready, [*kept, *siblings]) if needed > 0 else []
 
     total = len(kept) + len(placed)
-    head = _summary(total, replicas) + gone
+    head = summary(total, replicas) + gone
     if total >= replicas or not place_new:
         return Schedule(kept, released, placed, replicas, SCHEDULED, head)
     if not matching:
@@ -788,7 +798,21 @@ def schedule(
     return Schedule(kept, released, placed, replicas, INSUFFICIENT_CAPACITY, msg)
 
 
-def _summary(placed: int, wanted: int) -> str:
+def _let_go(
+    r: PlacedReplica, clusters: Mapping[str, Cluster], admitted: Callable[[Cluster], bool]
+) -> str:
+    """Why `keep_pins` let a replica go, or '' when it was only one more than wanted."""
+    cluster = clusters.get(r.cluster)
+    if cluster is None:
+        return f"cluster {r.cluster} is gone"
+    if r.state == binding.REFUSED_STATE:
+        return f"the binder refused it: {r.message}"
+    if r.state != binding.BOUND and not admitted(cluster):
+        return tenancy.fence_message(r.cluster, r.namespace)
+    return ""
+
+
+def summary(placed: int, wanted: int) -> str:
     return f"placed {placed} of {wanted} replicas"
 
 

@@ -10,7 +10,8 @@ Two designs answer the same reconciles:
   ModelReplica, so each request grows with clusters + replicas and a resync of all deployments
   with deployments x (clusters + replicas);
 - fleet view: the function requires the view's index and the parts whose labels its
-  clusterSelector's matchLabels select, written by the binder once per pass.
+  clusterSelector's matchLabels select, written by the binder once per pass, and by name the
+  clusters it places new replicas on (their fences, as the binder reads them).
 
 Reconciles measured, each in both designs with identical placements required:
 - `regional`: a deployment at rest (its 10 replicas observed and bound), the resync case;
@@ -240,6 +241,17 @@ class Fleet:
             for obj in objs:
                 uid += 1
                 items.append(fnv1.Resource(resource=bench_scheduler.struct(served(obj, uid))))
+        if view:  # the clusters it places on, read by name for their fences, as Crossplane would
+            from functions.model_deployment import fn, reading
+
+            asked = fn.run_function(req).requirements.resources
+            for name, sel in sorted(asked.items()):
+                if name.startswith(reading.CLUSTER_BY_NAME) and name not in req.required_resources:
+                    uid += 1
+                    obj = served(self.clusters[sel.match_name], uid)
+                    req.required_resources[name].items.append(
+                        fnv1.Resource(resource=bench_scheduler.struct(obj))
+                    )
         return req
 
 

@@ -105,10 +105,12 @@ def test_without_a_view_it_requires_the_whole_fleet_in_every_namespace() -> None
 
 
 def test_with_a_view_it_reads_neither_clusters_nor_replicas() -> None:
+    """Of the fleet, only the view; by name, only the clusters it places on (their fences)."""
     s = scenario("deploy-qwen3-8b")
     required, _, view = bound(s)
     req = answered(s.xr, required + view)
-    assert set(req.required_resources) == {
+    by_name = {n for n in req.required_resources if n.startswith("cluster-")}
+    assert set(req.required_resources) - by_name == {
         "fleet-view-index",
         "fleet-view",
         "inference-classes",
@@ -117,7 +119,11 @@ def test_with_a_view_it_reads_neither_clusters_nor_replicas() -> None:
     parts = [xp.to_dict(i.resource) for i in req.required_resources["fleet-view"].items]
     assert parts and all(p["kind"] == "ConfigMap" for p in parts)
     rsp = fn.run_function(req)
-    assert len([n for n in rsp.desired.resources if n.startswith("replica-")]) == 3
+    replicas = [
+        xp.to_dict(r.resource) for n, r in rsp.desired.resources.items() if n.startswith("replica-")
+    ]
+    assert len(replicas) == 3
+    assert by_name == {f"cluster-{r['spec']['clusterName']}" for r in replicas}
 
 
 def test_an_own_replica_off_the_view_is_read_by_name() -> None:
@@ -131,8 +137,8 @@ def test_an_own_replica_off_the_view_is_read_by_name() -> None:
     xr["spec"]["clusterSelector"] = {"matchLabels": {"example.com/nothing": "matches"}}
     req = answered(xr, required + view, observed)
     pinned = {o["spec"]["clusterName"] for o in own}
-    assert {n for n in req.required_resources if n.startswith("own-cluster-")} == {
-        f"own-cluster-{c}" for c in pinned
+    assert {n for n in req.required_resources if n.startswith("cluster-")} == {
+        f"cluster-{c}" for c in pinned
     }
     assert not req.required_resources["fleet-view"].items
     rsp = fn.run_function(req)

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from functions.model_replica import fn as replica_fn
-from plnt import binding, tenancy
+from plnt import binding, fleet_view, tenancy
+from plnt.reconcile import ledger
 from plnt_host import render
+from tests.functions.test_model_deployment import SCHEDULE_ONLY, as_observed
 from tests.functions.test_model_replica import QWEN, committed, manifests
-from tests.support import call_function
+from tests.support import binder_annotation, call_function
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 DEPLOY = render.load_scenario(EXAMPLES / "deploy-qwen3-8b")
@@ -137,6 +139,131 @@ def test_render_plays_the_binder_and_refuses_what_the_quota_does_not_cover() -> 
         "namespace ml-team holds 2 of 2 gpu.nvidia.com (InferenceQuota ml-team)"
         in (refused["message"])
     )
+
+
+# --- a replica never bound does not outlive its admission ----------------------------------
+
+RESEARCH = {"team": "research"}  # the fence: ml-team (unlabelled) is not admitted
+
+
+def view_of(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fleet view a binder writes of `required`'s clusters, nothing committed on them."""
+    clusters = {o["metadata"]["name"]: o for o in required if o["kind"] == "InferenceCluster"}
+    classes = {o["metadata"]["name"]: o for o in required if o["kind"] == "InferenceClass"}
+    return fleet_view.configmaps(fleet_view.parts(ledger.views(clusters, classes, {})))
+
+
+def reconcile(
+    clusters: list[dict[str, Any]], view: list[dict[str, Any]], observed: list[dict[str, Any]]
+) -> render.Rendered:
+    """One reconcile of the deployment in ml-team: the InferenceClusters as the API server holds
+    them now, the fleet view as the binder last wrote it, the ModelReplicas it composed before."""
+    required = [*clusters, *view, namespace("ml-team")]
+    return render.render(
+        render.Scenario(DEPLOY.xr, required, observed, DEPLOY.path), catalogue=SCHEDULE_ONLY
+    )
+
+
+def model_replicas(out: render.Rendered) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in out.composed if o["kind"] == "ModelReplica"}
+
+
+def bound_by_the_binder(out: render.Rendered) -> list[dict[str, Any]]:
+    """The replicas `out` composed as observed once the binder committed them (no fence yet)."""
+    seen = as_observed(out.composed, ready=False)
+    for o in seen:
+        if o["kind"] == "ModelReplica":
+            o["metadata"].setdefault("annotations", {})[binding.BINDING] = binder_annotation(o)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("view_has_fence", "binder_ran"),
+    [(True, False), (False, False), (True, True), (False, True)],
+    ids=["view-caught-up", "view-lags", "view-caught-up-refused", "view-lags-refused"],
+)
+def test_an_unbound_replica_the_fence_now_refuses_is_removed_and_said(
+    view_has_fence: bool, binder_ran: bool
+) -> None:
+    """Reconcile 1 places on a fleet with no fence; the fence is set before the binder commits;
+    reconcile 2 removes every replica, whether the view has caught up with the fence or not,
+    and whether the binder has already refused them or not, and says why in ReplicasScheduled."""
+    first = reconcile(DEPLOY.required, view_of(DEPLOY.required), [])
+    proposed = model_replicas(first)
+    assert len(proposed) == 3
+    assert all(binding.state_of(o).state == binding.PENDING for o in proposed.values())
+
+    now = fenced(DEPLOY.required, RESEARCH)
+    observed = as_observed(first.composed, ready=False)
+    if binder_ran:
+        for o in observed:
+            if o["kind"] == "ModelReplica":
+                why = tenancy.fence_message(o["spec"]["clusterName"], "ml-team")
+                refusal = binding.refusal_json(binding.state_of(o).digest, why)
+                o["metadata"].setdefault("annotations", {})[binding.REFUSED] = refusal
+    second = reconcile(now, view_of(now if view_has_fence else DEPLOY.required), observed)
+
+    assert model_replicas(second) == {}
+    cond = scheduled(second)
+    assert (cond["status"], cond["reason"]) == ("False", "InsufficientCapacity")
+    assert cond["message"].startswith("placed 0 of 3 replicas")
+    for name, obj in proposed.items():
+        why = tenancy.fence_message(obj["spec"]["clusterName"], "ml-team")
+        said = f"the binder refused it: {why}" if binder_ran else why
+        assert f"{name} released ({said})" in cond["message"]
+    for cluster in CLUSTERS:
+        assert f"; {tenancy.fence_message(cluster, 'ml-team')}" in cond["message"]
+
+
+def test_a_view_that_lags_a_fence_proposes_nothing_on_the_cluster() -> None:
+    """The fence is set, the view not rewritten yet: the clusters a reconcile would place on are
+    read by name, their fence is the one the binder reads, and nothing is composed there."""
+    now = fenced(DEPLOY.required, RESEARCH)
+    out = reconcile(now, view_of(DEPLOY.required), [])
+    assert model_replicas(out) == {}
+    cond = scheduled(out)
+    assert cond["status"] == "False"
+    for cluster in CLUSTERS:
+        assert tenancy.fence_message(cluster, "ml-team") in cond["message"]
+
+
+def test_a_bound_replica_keeps_its_pin_when_a_fence_is_set() -> None:
+    first = reconcile(DEPLOY.required, view_of(DEPLOY.required), [])
+    now = fenced(DEPLOY.required, RESEARCH)
+    second = reconcile(now, view_of(now), bound_by_the_binder(first))
+    assert model_replicas(second).keys() == model_replicas(first).keys()
+    cond = scheduled(second)
+    assert (cond["status"], cond["message"]) == ("True", "placed 3 of 3 replicas")
+
+
+@pytest.mark.parametrize(
+    ("hard", "bound", "kept", "says"),
+    [
+        (3, False, 3, ""),
+        (2, False, 2, "namespace ml-team holds 2 of 2 gpu.nvidia.com (InferenceQuota ml-team)"),
+        (0, False, 0, "namespace ml-team holds 0 of 0 gpu.nvidia.com (InferenceQuota ml-team)"),
+        (0, True, 3, ""),  # committed before the quota: it evicts nothing
+    ],
+)
+def test_an_unbound_replica_a_quota_no_longer_allows_is_removed_and_said(
+    hard: int, bound: bool, kept: int, says: str
+) -> None:
+    """Reconcile 1 places three 1-GPU replicas; an InferenceQuota appears before the binder
+    reserved them: those it has no room for (oldest first, as the binder reserves) go."""
+    first = reconcile(DEPLOY.required, view_of(DEPLOY.required), [])
+    proposed = sorted(model_replicas(first))
+    observed = bound_by_the_binder(first) if bound else as_observed(first.composed, ready=False)
+    second = reconcile(
+        [*DEPLOY.required, quota_ledger(hard, 0)], view_of(DEPLOY.required), observed
+    )
+    assert sorted(model_replicas(second)) == proposed[:kept]
+    cond = scheduled(second)
+    if not says:
+        assert cond["reason"] == "Scheduled"
+        return
+    assert (cond["status"], cond["reason"]) == ("False", "InsufficientQuota")
+    gone = "; ".join(f"{name} released ({says})" for name in proposed[kept:])
+    assert cond["message"] == f"placed {kept} of 3 replicas; {gone}"
 
 
 # --- what of a tenant's pod template reaches a GPU node ------------------------------------

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from functions.model_deployment import scheduler
 from plnt import binding, capacity
 from plnt.fleet import cluster_of
 from tests.scheduler.fleet import (
+    CLASSES,
     StubCel,
     cluster,
     engine,
@@ -452,3 +455,73 @@ def test_a_refused_replica_is_replaced_away_from_the_pool_that_refused_it() -> N
     assert "m-0 released (the binder refused it: pool gpu-l4: not enough free gpu)" in (
         result.message
     )
+
+
+FENCED_OFF = {"matchLabels": {"team": "research"}}  # does not admit namespace ns (unlabelled)
+PIN_UNDER_A_FENCE = {
+    # own replica m-0 on cluster a (fenced or not) -> (kept?, where the replacement goes, said)
+    "a proposal on an open cluster stays": ("Pending", None, True, [], ""),
+    "a proposal the fence now refuses goes, and b takes the replica": (
+        "Pending",
+        FENCED_OFF,
+        False,
+        [("b", ("gpu-l4",))],
+        "m-0 released (cluster a does not admit namespace ns)",
+    ),
+    "a bound replica keeps its pin under a new fence": ("Bound", FENCED_OFF, True, [], ""),
+    "a refusal for the fence goes, and says the binder's words": (
+        "Refused",
+        FENCED_OFF,
+        False,
+        [("b", ("gpu-l4",))],
+        "m-0 released (the binder refused it: cluster a does not admit namespace ns)",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("state", "fence", "kept", "expect", "said"),
+    PIN_UNDER_A_FENCE.values(),
+    ids=PIN_UNDER_A_FENCE.keys(),
+)
+def test_a_pin_not_yet_bound_lasts_only_while_its_cluster_admits_the_namespace(
+    state: str, fence: dict | None, kept: bool, expect: list, said: str
+) -> None:
+    own = scheduler.PlacedReplica(
+        namespace="ns",
+        name="m-0",
+        deployment="m",
+        revision="r1",
+        cluster="a",
+        pool_nodes={"gpu-l4": 1},
+        engine_pools=(("llm", "gpu-l4"),),
+        demand={"gpu-l4": (capacity.Pods(1, (("device:gpu", 1),)),)},
+        slots={"gpu-l4": (capacity.Slot(0, (("device:gpu", 1),)),)} if state == "Bound" else None,
+        state=state,
+        message="cluster a does not admit namespace ns" if state == "Refused" else "",
+    )
+    a = cluster_of(cluster("a", [("gpu-l4", "l4", 2)]))
+    clusters = [
+        dataclasses.replace(a, fence=fence),
+        cluster_of(cluster("b", [("gpu-l4", "l4", 2)])),
+    ]
+    cel = StubCel()
+    result = scheduler.schedule(
+        view([engine()]),
+        replicas=1,
+        cluster_selector=lambda labels: True,
+        clusters=clusters,
+        classes=CLASSES,
+        fleet=[own],
+        own=[own],
+        evaluate=cel.evaluate,
+        compile_check=cel.compile,
+        namespace="ns",
+        namespace_labels={"kubernetes.io/metadata.name": "ns"},
+    )
+    assert [r.name for r in result.kept] == (["m-0"] if kept else [])
+    assert where(result) == expect
+    assert result.scheduled
+    assert said in result.message
+    if kept:
+        assert "released" not in result.message
