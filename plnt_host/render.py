@@ -25,6 +25,7 @@ from google.protobuf import struct_pb2
 
 import plnt
 from plnt import binding, xp
+from plnt.ledger_read import Unreadable
 from plnt_host import runtime
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -469,8 +470,9 @@ def played_binder(xr: dict[str, Any], required: list[dict[str, Any]]) -> list[di
     if xr.get("kind") != "ModelReplica":
         return []
     cluster = (xr.get("spec") or {}).get("clusterName", "")
-    if binding.ledger_of([o for o in required if o.get("kind") == "ConfigMap"], cluster):
-        return []
+    found = binding.read_ledger([o for o in required if o.get("kind") == "ConfigMap"], cluster)
+    if not (isinstance(found, Unreadable) and found.missing):
+        return []  # the scenario's own ledger, readable or not, is what the function reads
     return ledger.preview([copy.deepcopy(xr)], required).configmaps
 
 

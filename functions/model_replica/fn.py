@@ -16,7 +16,10 @@ exactly this namespace, name, uid and digest and every quota covering the namesp
 refused, nothing is composed and the `Bound` condition says why (docs/scheduler.md, "Binding");
 a binding annotation the ledger does not back is named forged, replayed or stale, with a Warning
 (docs/tenancy.md). That is what makes the binder's ledger, not each reconcile's snapshot or
-what a tenant writes, decide what runs.
+what a tenant writes, decide what runs. A ledger that cannot be read decides nothing: `Bound` is
+Unknown naming the ConfigMap and what is wrong with it (with a Warning), a replica that has
+composed resources keeps every one exactly as observed (Crossplane deletes what a function stops
+returning), and one that never rendered stays unrendered (docs/model-replica.md).
 
 Choices: until the cluster is known and has a ProviderConfig nothing is composed (an Object
 without a reachable cluster could never be deleted); a workload Object is ready only when
@@ -103,26 +106,27 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     cluster = clusters[0] if clusters else None
 
     # --- decisions ----------------------------------------------------------------------------
-    quotas, unreadable = tenancy.quota_ledgers_of(quota_ledgers, binding.LEDGER_NAMESPACE)
-    bound = binding.verify(xr, binding.ledger_of(ledgers, spec.cluster_name), quotas)
-    if unreadable and bound.state == binding.BOUND:
-        bound = binding.State(
-            binding.PENDING,
-            bound.digest,
-            bound.demand,
-            message=f"quota ledgers {', '.join(unreadable)} in {binding.LEDGER_NAMESPACE} "
-            "do not parse: its quotas cannot be checked",
-        )
-    xp.set_conditions(rsp, bound_condition(bound, spec.cluster_name))
+    observed = xp.observed_resources(req)
+    rendered = own_composed(observed)
+    quotas, unreadable_quotas = tenancy.quota_ledgers_of(quota_ledgers, binding.LEDGER_NAMESPACE)
+    bound = binding.verify(
+        xr,
+        binding.read_ledger(ledgers, spec.cluster_name),
+        quotas,
+        unreadable_quotas,
+        rendered=bool(rendered),
+    )
+    condition = bound_condition(bound, spec.cluster_name, kept=bool(rendered))
+    xp.set_conditions(rsp, condition)
     if bound.state == binding.UNBACKED:
         xp.warning(rsp, f"binding not honoured ({bound.reason}): {bound.message}")
+    if bound.state == binding.UNKNOWN:
+        xp.warning(rsp, f"binding unknown ({bound.reason}): {condition.message}")
+        if rendered:
+            keep_as_observed(rsp, spec, xr, rendered)
+            return rsp
     if bound.state != binding.BOUND:
-        hold(
-            rsp,
-            spec,
-            bound_condition(bound, spec.cluster_name).message,
-            reason=binding_reason(bound),
-        )
+        hold(rsp, spec, condition.message, reason=binding_reason(bound))
         return rsp
     missing = cluster_problem(spec.cluster_name, cluster)
     if missing:
@@ -141,7 +145,6 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     )
     for warning in [*unknown_pools(spec, cluster_status), *cache_overrides(spec)]:
         xp.warning(rsp, warning)
-    observed = xp.observed_resources(req)
 
     # --- desired resources --------------------------------------------------------------------
     compose(
@@ -304,14 +307,29 @@ def cluster_problem(name: str, cluster: dict[str, Any] | None) -> str | None:
 
 
 def binding_reason(state: binding.State) -> str:
-    if state.state == binding.UNBACKED:
+    if state.state in (binding.UNBACKED, binding.UNKNOWN):
         return state.reason
     if state.state == binding.REFUSED_STATE:
         return binding.BINDING_REFUSED
     return binding.AWAITING_BINDING if state.state == binding.PENDING else binding.BOUND
 
 
-def bound_condition(state: binding.State, cluster: str) -> xp.Condition:
+def bound_condition(state: binding.State, cluster: str, *, kept: bool = False) -> xp.Condition:
+    """Bound: True, False with the binder's or the ledger's answer, or Unknown while a ledger
+    cannot be read (`kept`: the replica's composed resources are kept as they are meanwhile)."""
+    if state.state == binding.UNKNOWN:
+        meanwhile = (
+            "every composed resource is kept as it is until it can be read"
+            if kept
+            else "nothing is composed until it can be read"
+        )
+        return xp.Condition(
+            conditions.BOUND,
+            None,
+            state.reason,
+            f"cannot tell whether its devices are committed on cluster {cluster}: "
+            f"{state.message}; {meanwhile}",
+        )
     if state.state == binding.BOUND:
         message = f"its devices are committed on cluster {cluster}"
         if state.over_committed:
@@ -364,6 +382,83 @@ def hold(
         ),
     )
     xp.set_composite_ready(rsp, False)
+
+
+COMPOSED_KINDS = {(OBJECT_API_VERSION, "Object"), (OBJECT_API_VERSION, "ObservedObjectCollection")}
+
+
+def own_composed(observed: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The observed composed resources of the kinds this function composes: evidence that the
+    replica rendered, and all it may keep while its ledger cannot be read (an object of any
+    other kind under a composed name is not one it made, and is never applied again)."""
+    return {
+        name: seen
+        for name, seen in observed.items()
+        if (seen.get("apiVersion"), seen.get("kind")) in COMPOSED_KINDS
+    }
+
+
+def keep_as_observed(
+    rsp: fnv1.RunFunctionResponse,
+    spec: ModelReplicaSpec,
+    xr: dict[str, Any],
+    observed: dict[str, dict[str, Any]],
+) -> None:
+    """Desires every observed composed resource again exactly as it is (what the function owns
+    of it: apiVersion, kind, name and spec; never rebuilt from the current spec, which may ask
+    for what nothing committed), ready as observed. Crossplane deletes what a function stops
+    returning: a ledger that cannot be read must not take down what serves. The status keeps
+    the endpoint and reports the copies the observed workloads have available."""
+    for name, seen in observed.items():
+        xp.compose(rsp, name, kept(seen), ready=kept_ready(seen))
+    engines = []
+    waits = []
+    for engine in spec.engines:
+        seen = observed_manifest(observed.get(f"workload-{engine.name}"))
+        available = workloads.available_copies(seen)
+        engines.append({"name": engine.name, "copies": engine.copies, "availableCopies": available})
+        if available < engine.copies:
+            waits.append(f"engine {engine.name}: {available}/{engine.copies} copies available")
+    xp.set_status(
+        rsp,
+        {"endpoint": (xr.get("status") or {}).get("endpoint") or "", "engines": engines},
+    )
+    if waits:
+        xp.set_conditions(
+            rsp,
+            conditions.waiting(
+                conditions.WORKLOADS_READY,
+                f"{'; '.join(waits)} (kept as they are while its ledger cannot be read)",
+            ),
+        )
+    else:
+        xp.set_conditions(
+            rsp,
+            conditions.available(
+                conditions.WORKLOADS_READY,
+                f"every copy of {len(spec.engines)} engine(s) is available",
+            ),
+        )
+
+
+def kept(seen: dict[str, Any]) -> dict[str, Any]:
+    """An observed composed resource as the function desires it to stay: unchanged."""
+    out: dict[str, Any] = {"apiVersion": seen.get("apiVersion"), "kind": seen.get("kind")}
+    name = (seen.get("metadata") or {}).get("name")
+    if name:
+        out["metadata"] = {"name": name}
+    out["spec"] = seen.get("spec") or {}
+    return out
+
+
+def kept_ready(seen: dict[str, Any]) -> bool:
+    """Ready as when it was composed: an Object by its manifest's kind (workloads by their
+    available copies), anything else (the pods' ObservedObjectCollection) ready as composed."""
+    if seen.get("kind") != "Object":
+        return True
+    return object_ready(
+        ((seen.get("spec") or {}).get("forProvider") or {}).get("manifest") or {}, seen
+    )
 
 
 def model_cache(
@@ -423,7 +518,7 @@ def compose(
 
 def object_ready(manifest: dict[str, Any], seen: dict[str, Any] | None) -> bool:
     """Workloads: every copy available in the observed status; anything else: Object Ready."""
-    if manifest["kind"] in workloads.AVAILABLE_COPIES:
-        wanted = int(manifest["spec"].get("replicas", 1))
+    if manifest.get("kind") in workloads.AVAILABLE_COPIES:
+        wanted = int((manifest.get("spec") or {}).get("replicas", 1))
         return seen is not None and workloads.available_copies(observed_manifest(seen)) >= wanted
     return xp.is_ready(seen)

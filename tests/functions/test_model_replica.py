@@ -18,6 +18,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, serving
 from plnt import binding, capacity, labels, tenancy, xp
+from plnt.ledger_read import Unreadable
 from plnt_host import render
 from tests.support import call_function
 
@@ -814,7 +815,8 @@ def test_a_ledger_outside_the_binders_namespace_binds_nothing() -> None:
     for o in moved:
         if o.get("kind") == "ConfigMap":
             o["metadata"]["namespace"] = "ml-team"
-    assert binding.ledger_of(moved, "eks-l4") is None
+    read = binding.read_ledger(moved, "eks-l4")
+    assert isinstance(read, Unreadable) and "is in namespace ml-team" in read.problem
     rsp = _call(_annotated(QWEN.xr, _SIGNED), moved)
     assert composed(rsp) == {}
     assert condition(rsp, "Bound").reason == "BindingForged"

@@ -1,0 +1,405 @@
+"""Unknown is not unbound: a ModelReplica whose ledger (its cluster's, or a quota ledger) cannot
+be read keeps every composed resource as observed and says which ConfigMap is wrong; one that
+never rendered stays unrendered; a ledger that can be read and does not commit the replica still
+un-renders it.
+
+Through the function's real run_function and Crossplane's requirement loop (`plnt render`'s),
+on the examples model-replica-ready (serving: observed Objects), model-replica-qwen3-8b (never
+rendered) and model-replica-ledger-unreadable (the ready replica's ledger cut in half).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.model_replica import fn
+from plnt import binding, tenancy, xp
+from plnt_host import render
+from tests.support import binder_annotation, call_function
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+READY = render.load_scenario(EXAMPLES / "model-replica-ready")
+FRESH = render.load_scenario(EXAMPLES / "model-replica-qwen3-8b")
+CUT = render.load_scenario(EXAMPLES / "model-replica-ledger-unreadable")
+LEDGER = "plnt-system/plnt-ledger-eks-l4"
+QUOTA_LEDGER = "plnt-system/plnt-quota-ml-team"
+
+
+def call(
+    xr: dict[str, Any], required: list[dict[str, Any]], observed: list[dict[str, Any]]
+) -> fnv1.RunFunctionResponse:
+    return call_function(fn.run_function, xr, required, observed, "function-model-replica")
+
+
+def composed(rsp: fnv1.RunFunctionResponse) -> dict[str, dict[str, Any]]:
+    return {name: xp.to_dict(r.resource) for name, r in rsp.desired.resources.items()}
+
+
+def as_observed(observed: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What the function owns of each observed composed resource, by composition resource
+    name: desiring exactly this changes nothing on the workload cluster."""
+    return {
+        o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]: {
+            "apiVersion": o["apiVersion"],
+            "kind": o["kind"],
+            "metadata": {"name": o["metadata"]["name"]},
+            "spec": o["spec"],
+        }
+        for o in observed
+    }
+
+
+def condition(rsp: fnv1.RunFunctionResponse, typ: str) -> fnv1.Condition:
+    return next(c for c in rsp.conditions if c.type == typ)
+
+
+def warnings(rsp: fnv1.RunFunctionResponse) -> list[str]:
+    return [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+
+
+def ledger_configmap(required: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(o for o in required if o["metadata"]["name"] == "plnt-ledger-eks-l4")
+
+
+# --- each shape of an unreadable cluster ledger ---------------------------------------------
+
+
+def _data(value: str) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    def change(cm: dict[str, Any]) -> dict[str, Any]:
+        cm["data"][binding.LEDGER_DATA_KEY] = value
+        return cm
+
+    return change
+
+
+def _cut_in_half(cm: dict[str, Any]) -> dict[str, Any]:
+    raw = cm["data"][binding.LEDGER_DATA_KEY]
+    cm["data"][binding.LEDGER_DATA_KEY] = raw[: len(raw) // 2]
+    return cm
+
+
+def _sequence(value: int) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    def change(cm: dict[str, Any]) -> dict[str, Any]:
+        state = binding.Ledger.model_validate_json(cm["data"][binding.LEDGER_DATA_KEY])
+        state.sequence = value
+        cm["data"][binding.LEDGER_DATA_KEY] = state.model_dump_json()
+        return cm
+
+    return change
+
+
+def _namespace(value: str) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    def change(cm: dict[str, Any]) -> dict[str, Any]:
+        cm["metadata"]["namespace"] = value
+        return cm
+
+    return change
+
+
+def _unlabelled(cm: dict[str, Any]) -> dict[str, Any]:
+    del cm["metadata"]["labels"]
+    return cm
+
+
+def _deleted(cm: dict[str, Any]) -> None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    name: str
+    damage: Callable[[dict[str, Any]], dict[str, Any] | None]
+    says: str  # what the problem says, after the ConfigMap's name
+    missing: bool = False  # as Crossplane answers it, nothing: a never-rendered one awaits
+
+
+SHAPES = [
+    Shape(
+        "bad JSON",
+        _cut_in_half,
+        "has a ledger.json that is not JSON (EOF while parsing a string at line 1 column ",
+    ),
+    Shape("empty data", _data(""), "has no data key ledger.json"),
+    Shape(
+        "wrong schema: entries a list",
+        _data('{"cluster": "eks-l4", "entries": []}'),
+        "has a ledger.json that is not a Ledger: entries: Input should be an object",
+    ),
+    Shape(
+        "wrong schema: not an object",
+        _data("[1, 2]"),
+        "has a ledger.json that is not a Ledger: (the top level): Input should be an object",
+    ),
+    Shape(
+        "wrong schema: an entry without its uid",
+        _data('{"cluster": "eks-l4", "entries": {"ml-team/x": {"digest": "d", "slots": {}}}}'),
+        "has a ledger.json that is not a Ledger: entries.ml-team/x.uid: Field required",
+    ),
+    Shape(
+        "another cluster's ledger",
+        _data('{"cluster": "lab-h100"}'),
+        "holds the ledger of cluster lab-h100, not eks-l4",
+    ),
+    Shape(
+        "wrong sequence: behind its entry",
+        _sequence(0),
+        "has sequence 0 but entry ml-team/qwen3-8b-eks-l4-0 says it was committed at sequence 1",
+    ),
+    Shape("wrong sequence: negative", _sequence(-3), "has sequence -3"),
+    Shape("without the binder's label", _unlabelled, "lacks the label plnt.work/ledger=true"),
+    # Crossplane answers the requirement (by name, in plnt-system) with nothing: a ledger
+    # written into another namespace is, to the function, a ledger that does not exist.
+    Shape("wrong namespace", _namespace("plnt-backup"), "does not exist", missing=True),
+    Shape("missing", _deleted, "does not exist", missing=True),
+]
+IDS = [s.name for s in SHAPES]
+
+
+def damaged(required: list[dict[str, Any]], shape: Shape) -> list[dict[str, Any]]:
+    out = []
+    for o in copy.deepcopy(required):
+        if o.get("kind") == "ConfigMap" and o["metadata"]["name"] == "plnt-ledger-eks-l4":
+            changed = shape.damage(o)
+            if changed is not None:
+                out.append(changed)
+        else:
+            out.append(o)
+    return out
+
+
+def test_the_scenarios_are_bound_with_their_ledgers() -> None:
+    # The baseline every case damages: both replicas render from their readable ledgers, and
+    # the serving one desires exactly what it observes.
+    for scenario in (READY, FRESH):
+        rsp = call(scenario.xr, scenario.required, scenario.observed)
+        assert condition(rsp, "Bound").status == fnv1.STATUS_CONDITION_TRUE
+    rsp = call(READY.xr, READY.required, READY.observed)
+    specs = {name: o["spec"] for name, o in composed(rsp).items()}
+    assert specs == {name: o["spec"] for name, o in as_observed(READY.observed).items()}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_a_serving_replica_keeps_every_composed_resource(shape: Shape) -> None:
+    rsp = call(READY.xr, damaged(READY.required, shape), READY.observed)
+    assert composed(rsp) == as_observed(READY.observed)
+    assert all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
+    assert rsp.desired.composite.ready != fnv1.READY_FALSE
+    bound = condition(rsp, "Bound")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, "LedgerUnreadable")
+    assert bound.message.startswith(
+        f"cannot tell whether its devices are committed on cluster eks-l4: ConfigMap {LEDGER} "
+        f"{shape.says}"
+    )
+    assert bound.message.endswith("every composed resource is kept as it is until it can be read")
+    assert warnings(rsp) == [f"binding unknown (LedgerUnreadable): {bound.message}"]
+    ready = condition(rsp, "WorkloadsReady")
+    assert (ready.status, ready.reason) == (fnv1.STATUS_CONDITION_TRUE, "Available")
+    status = xp.to_dict(rsp.desired.composite.resource)["status"]
+    assert status["engines"] == [{"name": "qwen3-8b", "copies": 1, "availableCopies": 1}]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_a_replica_that_never_rendered_stays_unrendered(shape: Shape) -> None:
+    rsp = call(FRESH.xr, damaged(FRESH.required, shape), [])
+    assert composed(rsp) == {}
+    assert rsp.desired.composite.ready == fnv1.READY_FALSE
+    bound = condition(rsp, "Bound")
+    if shape.missing:
+        # a cluster the binder has committed nothing to has no ledger yet: not bound
+        assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
+        assert warnings(rsp) == []
+        return
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, "LedgerUnreadable")
+    assert f"ConfigMap {LEDGER} {shape.says}" in bound.message
+    assert bound.message.endswith("nothing is composed until it can be read")
+    assert warnings(rsp) == [f"binding unknown (LedgerUnreadable): {bound.message}"]
+    assert condition(rsp, "WorkloadsReady").reason == "LedgerUnreadable"
+
+
+def test_what_is_kept_is_what_was_observed_not_what_the_spec_now_asks() -> None:
+    # Edited while its ledger cannot be read (two GPUs): nothing committed the edit, so the
+    # observed resources stay exactly as they are and nothing new is composed.
+    xr = copy.deepcopy(READY.xr)
+    xr["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
+    rsp = call(xr, CUT.required, READY.observed)
+    assert composed(rsp) == as_observed(READY.observed)
+    rct = composed(rsp)["rct-qwen3-8b-standalone"]["spec"]["forProvider"]["manifest"]
+    assert rct["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
+
+
+def test_a_partly_observed_replica_keeps_only_what_it_has() -> None:
+    # Nothing is added from the spec either: a workload not observed yet is not created.
+    observed = [
+        o
+        for o in READY.observed
+        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME] != "workload-qwen3-8b"
+    ]
+    rsp = call(READY.xr, CUT.required, observed)
+    assert composed(rsp) == as_observed(observed)
+    assert "workload-qwen3-8b" not in composed(rsp)
+    ready = condition(rsp, "WorkloadsReady")
+    assert (ready.status, ready.reason) == (fnv1.STATUS_CONDITION_FALSE, "Waiting")
+    assert ready.message == (
+        "engine qwen3-8b: 0/1 copies available (kept as they are while its ledger cannot be read)"
+    )
+
+
+def test_only_what_the_function_composes_is_kept() -> None:
+    # Something of another kind under a composed name (the function never made it): never
+    # applied again, and alone it is no evidence that the replica rendered.
+    impostor = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "qwen3-8b-eks-l4-0-bcd71",
+            "annotations": {xp.COMPOSITION_RESOURCE_NAME: "workload-qwen3-8b"},
+        },
+        "data": {},
+    }
+    objects = [
+        o
+        for o in READY.observed
+        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME] != "workload-qwen3-8b"
+    ]
+    rsp = call(READY.xr, CUT.required, [*objects, impostor])
+    assert composed(rsp) == as_observed(objects)
+    alone = call(READY.xr, CUT.required, [impostor])
+    assert composed(alone) == {}
+    assert condition(alone, "Bound").message.endswith("nothing is composed until it can be read")
+
+
+# --- a readable ledger still decides ----------------------------------------------------------
+
+
+def _without_entry(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = copy.deepcopy(required)
+    cm = ledger_configmap(out)
+    state = binding.Ledger.model_validate_json(cm["data"][binding.LEDGER_DATA_KEY])
+    state.entries.clear()
+    state.sequence += 1
+    cm["data"][binding.LEDGER_DATA_KEY] = state.model_dump_json()
+    return out
+
+
+def test_a_readable_ledger_without_its_entry_still_unrenders_a_serving_replica() -> None:
+    rsp = call(READY.xr, _without_entry(READY.required), READY.observed)
+    assert composed(rsp) == {}
+    bound = condition(rsp, "Bound")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
+
+
+def test_a_forged_binding_on_a_readable_ledger_still_unrenders() -> None:
+    # The binder's own annotation, left on a replica its ledger no longer commits: a tenant
+    # writing it (or keeping it) must never keep a render.
+    xr = copy.deepcopy(READY.xr)
+    xr["metadata"]["annotations"] = {binding.BINDING: binder_annotation(xr)}
+    rsp = call(xr, _without_entry(READY.required), READY.observed)
+    assert composed(rsp) == {}
+    assert condition(rsp, "Bound").reason == "BindingForged"
+    assert len(warnings(rsp)) == 1 and "BindingForged" in warnings(rsp)[0]
+
+
+def test_a_ledger_committing_another_spec_still_unrenders() -> None:
+    xr = copy.deepcopy(READY.xr)
+    xr["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
+    rsp = call(xr, READY.required, READY.observed)
+    assert composed(rsp) == {}
+    assert condition(rsp, "Bound").status == fnv1.STATUS_CONDITION_FALSE
+
+
+# --- quota ledgers -----------------------------------------------------------------------------
+
+
+def quota_ledger(data: str, name: str = "plnt-quota-ml-team") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": binding.LEDGER_NAMESPACE,
+            "labels": {tenancy.QUOTA_LEDGER_LABEL: "true"},
+        },
+        "data": {tenancy.QUOTA_DATA_KEY: data},
+    }
+
+
+QUOTA_SHAPES = [
+    ("bad JSON", quota_ledger('{"quota": "ml-team", "namespa'), "is not JSON"),
+    (
+        "wrong schema",
+        quota_ledger('{"quota": "ml-team", "hard": {"gpu.nvidia.com": "many"}}'),
+        "is not a QuotaLedger: hard.gpu.nvidia.com: Input should be a valid integer",
+    ),
+    (
+        "under another quota's name",
+        quota_ledger('{"quota": "team-b"}'),
+        "holds the ledger of InferenceQuota team-b, which the binder keeps in plnt-quota-team-b",
+    ),
+    ("wrong sequence", quota_ledger('{"quota": "ml-team", "sequence": -1}'), "has sequence -1"),
+]
+
+
+@pytest.mark.parametrize("data, says", [(d, s) for _, d, s in QUOTA_SHAPES],
+                         ids=[n for n, _, _ in QUOTA_SHAPES])  # fmt: skip
+def test_an_unreadable_quota_ledger_keeps_a_serving_replica(data: dict, says: str) -> None:
+    rsp = call(READY.xr, [*READY.required, data], READY.observed)
+    assert composed(rsp) == as_observed(READY.observed)
+    bound = condition(rsp, "Bound")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, "LedgerUnreadable")
+    assert f"ConfigMap {QUOTA_LEDGER} " in bound.message and says in bound.message
+    assert warnings(rsp) == [f"binding unknown (LedgerUnreadable): {bound.message}"]
+
+
+def test_an_unreadable_quota_ledger_renders_nothing_new() -> None:
+    rsp = call(FRESH.xr, [*FRESH.required, QUOTA_SHAPES[0][1]], [])
+    assert composed(rsp) == {}
+    assert condition(rsp, "Bound").status == fnv1.STATUS_CONDITION_UNKNOWN
+
+
+def test_an_unreadable_quota_ledger_does_not_bind_what_the_cluster_ledger_does_not() -> None:
+    # The cluster's ledger is readable and commits nothing: not bound, whatever the quotas say.
+    rsp = call(READY.xr, [*_without_entry(READY.required), QUOTA_SHAPES[0][1]], READY.observed)
+    assert composed(rsp) == {}
+    assert condition(rsp, "Bound").reason == "AwaitingBinding"
+
+
+def test_a_readable_quota_ledger_without_the_reservation_still_unrenders() -> None:
+    state = tenancy.QuotaLedger(quota="ml-team", namespaces=["ml-team"], hard={"gpu.nvidia.com": 8})
+    cm = tenancy.quota_ledger_configmap(state, binding.LEDGER_NAMESPACE)
+    rsp = call(READY.xr, [*READY.required, cm], READY.observed)
+    assert composed(rsp) == {}
+    bound = condition(rsp, "Bound")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
+    assert "awaiting its reservation in InferenceQuota ml-team" in bound.message
+
+
+# --- the example, as `plnt render` shows it -------------------------------------------------
+
+
+def test_the_example_renders_every_observed_resource_unchanged() -> None:
+    out = render.render(CUT)
+    by_name = {o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]: o for o in out.composed}
+    observed = {o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME]: o for o in CUT.observed}
+    assert by_name.keys() == observed.keys()
+    for name, seen in observed.items():
+        assert {k: v for k, v in by_name[name].items() if k != "status"} == {
+            k: v for k, v in seen.items() if k != "status"
+        }, name
+    conditions = {c["type"]: c for c in out.xr["status"]["conditions"]}
+    assert conditions["Ready"]["status"] == "True"
+    assert (conditions["Bound"]["status"], conditions["Bound"]["reason"]) == (
+        "Unknown",
+        "LedgerUnreadable",
+    )
+    assert (
+        f"ConfigMap {LEDGER} has a ledger.json that is not JSON" in conditions["Bound"]["message"]
+    )
+    assert out.xr["status"]["endpoint"] == "http://198.51.100.20/ml-team/qwen3-8b-eks-l4-0"
+    assert [r["severity"] for r in out.results] == ["SEVERITY_WARNING"]
