@@ -276,9 +276,12 @@ def test_a_selector_false_on_every_device_is_still_a_capacity_shortfall() -> Non
 @pytest.mark.parametrize(
     ("host", "why"),
     [
-        ("127.0.0.1", "a loopback, link-local or unspecified address (127.0.0.1)"),
-        ("169.254.169.254", "a loopback, link-local or unspecified address (169.254.169.254)"),
-        ("0.0.0.0", "a loopback, link-local or unspecified address (0.0.0.0)"),
+        ("127.0.0.1", "an address inside the platform (127.0.0.1, in 127.0.0.0/8)"),
+        (
+            "169.254.169.254",
+            "an address inside the platform (169.254.169.254, in 169.254.0.0/16)",
+        ),
+        ("0.0.0.0", "an address inside the platform (0.0.0.0, in 0.0.0.0/8)"),
     ],
 )
 def test_a_refused_endpoint_is_said_to_be_refused(host: str, why: str) -> None:
