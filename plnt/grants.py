@@ -3,8 +3,8 @@ ModelService and ModelEndpoint functions read it and the endpoint check from.
 
 A namespace's grant is the union of every InferenceGrant whose ``namespaceSelector`` selects
 it (by the Namespace's labels; ``kubernetes.io/metadata.name`` is always there). A grant whose
-spec does not parse grants nothing. No grant: no internal networks, no other
-namespace's replicas.
+spec does not parse grants nothing. No grant: routes under ``/<namespace>/`` on
+``plnt-system/plnt-gateway``, no hostnames, no internal networks, no other namespace's replicas.
 """
 
 from __future__ import annotations
@@ -18,28 +18,38 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from plnt import contracts, targets, tenancy, xp
 from plnt.models.inference_grant import InferenceGrantSpec
-from plnt.models.model_service import DEFAULT_GATEWAY_NAMESPACE
+from plnt.models.model_service import DEFAULT_GATEWAY_NAME, DEFAULT_GATEWAY_NAMESPACE
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 GRANTS_REQUIREMENT = "inference-grants"
 NAMESPACE_REQUIREMENT = "namespace"
 CLUSTERS_REQUIREMENT = "inference-clusters"
 GATEWAYS_REQUIREMENT = "platform-gateways"
+DEFAULT_GATEWAY = (DEFAULT_GATEWAY_NAMESPACE, DEFAULT_GATEWAY_NAME)
 
 
 @dataclasses.dataclass(frozen=True)
 class Grant:
     """The union of the InferenceGrants selecting one namespace."""
 
+    paths: tuple[str, ...] = ()
+    hostnames: tuple[str, ...] = ()
+    gateways: frozenset[tuple[str, str]] = frozenset()  # (namespace, name)
     networks: tuple[targets.Network, ...] = ()
     replica_namespaces: frozenset[str] = frozenset()
     names: tuple[str, ...] = ()  # the InferenceGrants it comes from
+
+    def allows_gateway(self, namespace: str, name: str) -> bool:
+        return (namespace, name) == DEFAULT_GATEWAY or (namespace, name) in self.gateways
 
 
 def grant_for(
     namespace: str, namespace_obj: Mapping[str, Any] | None, grants: Iterable[Mapping[str, Any]]
 ) -> Grant:
     labels = tenancy.namespace_labels(namespace_obj, namespace)
+    paths: list[str] = []
+    hostnames: list[str] = []
+    gateways: set[tuple[str, str]] = set()
     networks: list[targets.Network] = []
     replicas: set[str] = set()
     names: list[str] = []
@@ -51,9 +61,15 @@ def grant_for(
         if not spec.namespace_selector.matches(labels):
             continue
         names.append(str((obj.get("metadata") or {}).get("name")))
+        paths += spec.routes.paths
+        hostnames += spec.routes.hostnames
+        gateways |= {(g.namespace, g.name) for g in spec.routes.gateways}
         networks += [ipaddress.ip_network(c, strict=False) for c in spec.endpoints.cidrs]
         replicas |= set(spec.endpoints.replica_namespaces)
     return Grant(
+        tuple(paths),
+        tuple(hostnames),
+        frozenset(gateways),
         tuple(networks),
         frozenset(replicas),
         tuple(names),

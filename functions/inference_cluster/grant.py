@@ -1,7 +1,8 @@
 """InferenceGrant: checked, never composed into anything.
 
-What it grants is read where it is used: the ModelService and ModelEndpoint functions
-(endpoint networks and other namespaces' replicas), each requiring every InferenceGrant. This
+What it grants is read where it is used: the ModelService function (paths, hostnames,
+Gateways) and the ModelService and ModelEndpoint functions (endpoint networks and other
+namespaces' replicas), each requiring every InferenceGrant. This
 step only validates the spec (an invalid one is a Fatal result naming the field) and reports
 the grant Ready, with a `Granted` condition summing it up.
 """
@@ -23,6 +24,9 @@ def run(rsp: fnv1.RunFunctionResponse, xr: dict[str, Any]) -> fnv1.RunFunctionRe
     parts = [
         f"{len(items)} {what}"
         for what, items in (
+            ("path prefix(es)", spec.routes.paths),
+            ("hostname(s)", spec.routes.hostnames),
+            ("Gateway(s)", spec.routes.gateways),
             ("network(s)", spec.endpoints.cidrs),
             ("replica namespace(s)", spec.endpoints.replica_namespaces),
         )

@@ -21,6 +21,12 @@ Design choices:
   (plnt.targets, the check ModelEndpoint makes too: inside the platform, or another
   namespace's replicas without an InferenceGrant), gets no traffic and a warning instead of
   failing the service.
+- The route is a claim on the shared Gateway's traffic, so it is composed only when the
+  platform granted it (plnt.routes: a path under ``/<namespace>/`` or a granted prefix, granted
+  hostnames, the default or a granted Gateway; InferenceGrants are required) and no HTTPRoute
+  of another namespace (every HTTPRoute is required) owns traffic it overlaps. Otherwise
+  nothing is composed and ``Routed`` is False with reason PathNotPermitted,
+  HostnameNotPermitted, GatewayNotPermitted or RouteConflict, naming what is in the way.
 - The control-plane Gateway is a prerequisite plnt does not create (it is shared by every
   ModelService, and its class is the platform's choice). While it is missing, or does not
   accept the route, ``Routed`` is False and names it, so whoever waits on the service (a
@@ -35,7 +41,7 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_service import backends, weights
-from plnt import conditions, contracts, grants, labels, xp
+from plnt import conditions, contracts, grants, labels, routes, xp
 from plnt import targets as plnt_targets
 from plnt.models.model_endpoint import ModelEndpointSpec
 from plnt.models.model_service import ModelServiceSpec
@@ -50,6 +56,7 @@ ROUTE = "route"
 CANARY_TTL_S = 1.0
 NOT_ACCEPTED = "NotAccepted"  # Routed reason: the Gateway refuses the route
 ENDPOINTS_REFUSED = "EndpointsRefused"  # Routed reason: endpoints exist, none may get traffic
+ROUTES_REQUIREMENT = "httproutes"  # every HTTPRoute, for overlaps with other namespaces' routes
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -97,9 +104,15 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     exact = weights.shares(groups, canary_percent)
     integers = weights.integer_weights(exact)
     path = spec.route_path(namespace, name)
+    seen = xp.observed_resources(req)
+    refusal = claim_refusal(
+        req, rsp, spec, namespace=namespace, name=name, path=path, grant=grant,
+        observed_route=seen.get(ROUTE),
+    )  # fmt: skip
+    if refusal is not None:
+        return not_composed(rsp, refusal, path)
 
     # desired resources: a backend per endpoint, one route over them
-    seen = xp.observed_resources(req)
     refs = []
     for ep_name in sorted(endpoints):
         url, rewrite = targets[ep_name]
@@ -130,6 +143,53 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp,
         routed_condition(gateway, gateways, seen.get(ROUTE), integers, held=held, refused=refused),
     )
+    return rsp
+
+
+def claim_refusal(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    spec: ModelServiceSpec,
+    *,
+    namespace: str,
+    name: str,
+    path: str,
+    grant: grants.Grant,
+    observed_route: dict[str, Any] | None,
+) -> routes.Refusal | None:
+    """Why the route may not be composed: a path, hostname or Gateway the platform did not grant
+    the namespace, or an overlap with another namespace's HTTPRoute that owns the traffic."""
+    gateway = (spec.gateway_ref.namespace, spec.gateway_ref.name)
+    refusal = routes.permission_refusal(namespace, path, spec.hostnames, gateway, grant)
+    httproutes = xp.require(
+        req, rsp, ROUTES_REQUIREMENT, backends.GATEWAY_API, "HTTPRoute", match_labels={}
+    )
+    if refusal is not None:
+        return refusal
+    if httproutes is None:  # not read yet: Crossplane calls again with them
+        return routes.Refusal(routes.ROUTE_CONFLICT, "the Gateway's HTTPRoutes are not read yet")
+    created = ((observed_route or {}).get("metadata") or {}).get("creationTimestamp")
+    ours = routes.Route(
+        namespace,
+        name,
+        tuple(spec.hostnames),
+        (path,),
+        created if isinstance(created, str) and created else routes.NEWEST,
+    )
+    owner = routes.owner(ours, path, routes.routes_on(gateway, httproutes))
+    if owner is not None:
+        return routes.Refusal(routes.ROUTE_CONFLICT, routes.conflict_message(path, owner, gateway))
+    return None
+
+
+def not_composed(
+    rsp: fnv1.RunFunctionResponse, refusal: routes.Refusal, path: str
+) -> fnv1.RunFunctionResponse:
+    """Nothing is composed (a route composed before is removed): no traffic reaches the claim."""
+    xp.warning(rsp, refusal.message)
+    xp.set_status(rsp, {"weights": [], "path": path})
+    xp.set_conditions(rsp, conditions.waiting(conditions.ROUTED, refusal.message, refusal.reason))
+    xp.set_composite_ready(rsp, False)
     return rsp
 
 

@@ -265,12 +265,25 @@ def test_a_route_the_gateway_refuses_is_named_in_routed() -> None:
     )
 
 
-def test_hostnames_and_path_override_the_defaults() -> None:
+def test_hostnames_and_path_override_the_defaults_where_the_platform_grants_them() -> None:
     xr = copy.deepcopy(SCENARIO.xr)
     xr["spec"]["hostnames"] = ["models.example.com"]
     xr["spec"]["path"] = "/qwen"
     xr["spec"]["gatewayRef"] = {"name": "edge", "namespace": "gateways"}
-    out = run(xr, SCENARIO.required)
+    grant = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceGrant",
+        "metadata": {"name": "ml-team"},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ml-team"}},
+            "routes": {
+                "paths": ["/qwen"],
+                "hostnames": ["*.example.com"],
+                "gateways": [{"namespace": "gateways", "name": "edge"}],
+            },
+        },
+    }
+    out = run(xr, [*SCENARIO.required, grant])
     route = out.desired["route"]
     assert route["spec"]["hostnames"] == ["models.example.com"]
     assert route["spec"]["parentRefs"][0]["name"] == "edge"
