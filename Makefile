@@ -43,8 +43,9 @@ package: setup
 bench: setup
 	.venv/bin/plnt bench
 
+## 10,000 examples where a normal run takes 60-300: each test gets up to 3 hours.
 fuzz: setup
-	PLNT_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q tests/fuzz tests/cel
+	PLNT_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q --timeout 10800 tests/fuzz tests/cel
 
 ## Re-copy the vendored CRDs and seeds from ../shared (or SRC=dir) and rewrite third_party/SOURCES.
 vendor:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -41,14 +43,84 @@ WORKER_GROUPS = {
 }
 
 
+# Every test runs under a time limit (pytest-timeout): `timeout` in pyproject.toml (120 s) for
+# all of them, twice the slowest measured among the rest (59 s: a fuzz test on 2 cores at load 17).
+# Tests known to take longer get more, setup and teardown included (the longest that applies):
+# by path, those that start real servers or build what they run, and by fixture, those whose
+# fixture compiles a Go program (190-210 s measured with Go's build cache cold and the cores
+# busy). A test's own timeout marker wins over all of these, and `--timeout` on the command line
+# (`make fuzz`'s longer runs; 0 for none while debugging) over all but the test's own marker.
+# The signal method raises in the test's own frame: the failure shows where it waited (and every
+# other thread's stack), and the fixtures' teardown still stops what the test started. pytest-
+# timeout's thread method instead ends the whole xdist worker, which reports only "worker
+# crashed" (the stacks it prints are lost with the worker) and leaves a live stack running.
+TIME_LIMITS = {
+    # The first test builds every package (8 min 18 s cold, seconds warm) and starts a bare
+    # control plane; the install then has 180 s (tests/e2e/packages.py).
+    "tests/e2e/test_package_install.py": 1800,
+    # The first test starts the shared stack (a function image built like `make package`, which
+    # may wait for the package-install test's build); each scenario waits for kwok-paced replicas.
+    "tests/e2e/": 1200,
+    # A function image from a cold Debian base (mmdebstrap: 3.5 min) and its run under runc.
+    "tests/images/": 1800,
+    # llama-server on a tiny model, on the CPU.
+    "tests/engine/": 600,
+    # Real servers: kube-apiserver and etcd, Prometheus (12 scrapes 1 s apart), function servers
+    # under a thousand concurrent calls, the Crossplane CLI running functions.
+    "tests/reconcile/": 300,
+    "tests/robustness/": 300,
+    "tests/conformance/": 300,
+}
+FIXTURE_TIME_LIMITS = {"k8svalidate": 600, "oracle": 600}
+# A hang inside C code never returns to the interpreter, so the signal's exception never comes:
+# that long after the limit, faulthandler writes every thread's stack to the terminal and ends
+# the process (pytest-xdist then reports the test its worker crashed in).
+BACKSTOP_S = 60
+_STDERR = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # faulthandler writes to a copy of the terminal's stderr: fd 2 is captured during a test
+    config.stash[_STDERR] = os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group into the nodeid
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    limit_given = config.getoption("timeout", None) is not None
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         group = next((g for prefix, g in WORKER_GROUPS.items() if path.startswith(prefix)), None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
         item.stash[_GROUP] = group
+        limits = [s for prefix, s in TIME_LIMITS.items() if path.startswith(prefix)][:1]
+        fixtures = getattr(item, "fixturenames", ())
+        limits += [s for name, s in FIXTURE_TIME_LIMITS.items() if name in fixtures]
+        if limits and not limit_given and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(max(limits)))
+
+
+def _time_limit(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        return float(marker.args[0] if marker.args else marker.kwargs["timeout"])
+    option = item.config.getoption("timeout", None)
+    return float(option if option is not None else item.config.getini("timeout") or 0)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Arms the backstop for the test's whole run (setup, call, teardown), as pytest-timeout
+    times it."""
+    limit = _time_limit(item)
+    if limit > 0:
+        faulthandler.dump_traceback_later(
+            limit + BACKSTOP_S, exit=True, file=item.config.stash[_STDERR]
+        )
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.hookimpl(tryfirst=True)  # before any fixture: the shared stack inherits the niceness

@@ -44,7 +44,7 @@ import httpx
 import yaml
 
 from plnt_host import procs as plnt_procs
-from tests.e2e import images, kube
+from tests.e2e import images, kube, live
 from tests.e2e.stack import CROSSPLANE_NAMESPACE, TOOL_CRDS, ControlPlane, _now
 from tests.reconcile.apiserver import REPO, TOOLS, free_port
 
@@ -54,6 +54,12 @@ PUBLIC_REGISTRY = "xpkg.crossplane.io/"  # where crossplane.yaml says every pack
 PKG = "pkg.crossplane.io/v1"
 IMAGE_CONFIG = "plnt-e2e-loopback-registry"
 DIST = REPO / "build" / "e2e-dist"
+# From applying the Configuration to it and all its dependencies Installed and Healthy took 25-32 s
+# on 2 cores beside the shared stack; one deadline bounds the whole install at a few times that.
+INSTALL_SECONDS = 180
+# One `crank xpkg build` or `push` to the loopback registry takes seconds (a function package
+# embeds a 68 MiB image).
+CRANK_SECONDS = 120
 
 # The kinds plnt composes from the providers that cannot run here: their stand-ins' CRDs,
 # schemaless (x-kubernetes-preserve-unknown-fields). (group, version, kind, plural, scope)
@@ -416,6 +422,24 @@ class Install:
             }
         )
 
+    def wait_installed(self, seconds: float = INSTALL_SECONDS) -> None:
+        """Waits for the Configuration, then each dependency in crossplane.yaml's order, to be
+        Installed and Healthy, all within one deadline of ``seconds``."""
+        deadline = time.monotonic() + seconds
+        wanted = [("Configuration", configuration()["metadata"]["name"])] + [
+            (dep["kind"], installed_name(dep["package"])) for dep in dependencies()
+        ]
+        for kind, name in wanted:
+            live.wait_object(
+                self.plane.mgmt,
+                PKG,
+                kind,
+                name,
+                until=healthy,
+                seconds=max(deadline - time.monotonic(), 1),
+                what=f"{kind} {name} Installed and Healthy (all {len(wanted)} within {seconds} s)",
+            )
+
     def stop(self) -> None:
         self.runtime.stop()
 
@@ -435,7 +459,7 @@ def _project_version() -> str:
 
 def _run(*cmd: str | pathlib.Path) -> None:
     proc = subprocess.run(
-        [str(c) for c in cmd], capture_output=True, text=True, check=False, timeout=600
+        [str(c) for c in cmd], capture_output=True, text=True, check=False, timeout=CRANK_SECONDS
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))}: {proc.stdout}{proc.stderr}")

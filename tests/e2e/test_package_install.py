@@ -41,27 +41,7 @@ def installed(e2e_dir):
         install.runtime.start()
         started = time.monotonic()
         install.apply_configuration()
-        name = packages.configuration()["metadata"]["name"]
-        live.wait_object(
-            plane.mgmt,
-            packages.PKG,
-            "Configuration",
-            name,
-            until=packages.healthy,
-            seconds=300,
-            what=f"Configuration {name} Installed and Healthy",
-        )
-        for dep in packages.dependencies():
-            dep_name = packages.installed_name(dep["package"])
-            live.wait_object(
-                plane.mgmt,
-                packages.PKG,
-                dep["kind"],
-                dep_name,
-                until=packages.healthy,
-                seconds=180,
-                what=f"{dep['kind']} {dep_name} Installed and Healthy",
-            )
+        install.wait_installed()
         install.install_seconds = time.monotonic() - started
         (workdir / "logs" / "install-seconds").write_text(f"{install.install_seconds:.1f}\n")
         yield install
