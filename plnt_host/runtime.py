@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import gc
 import importlib
 import inspect
@@ -19,6 +20,7 @@ import multiprocessing
 import os
 import pkgutil
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -228,8 +230,28 @@ class Admission:
 _worker: tuple[str, PlainRunFunction] | None = None
 
 
-def _start_worker(function_name: str) -> None:
+# prctl(2): the signal a process gets when the thread that started it ends.
+PR_SET_PDEATHSIG = 1
+
+
+def _end_with_parent(parent: int) -> None:
+    """A worker ends when the serving process ends, however it ends. A server killed with
+    SIGKILL runs no clean-up, and its workers would wait forever on a call queue whose write end
+    they hold themselves (and keep the resource tracker, which waits for them, running), orphaned
+    to init. The serving process starts its workers from its main thread (Servicer.start and the
+    event loop's submissions), so that thread ending is the process ending."""
+    if sys.platform != "linux":  # prctl is Linux's; elsewhere a killed server's workers remain
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the server ended before the request took effect
+        os._exit(1)
+
+
+def _start_worker(function_name: str, parent: int) -> None:
     global _worker  # noqa: PLW0603 (one per worker process)
+    _end_with_parent(parent)
     plain = _plain(load(function_name))
     if plain is None:
         raise TypeError(f"{function_name} is async: it runs on the event loop, not in a worker")
@@ -292,7 +314,7 @@ class Servicer:
             max_workers=self.workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_start_worker,
-            initargs=(self.name,),
+            initargs=(self.name, os.getpid()),
         )
         concurrent.futures.wait([self.pool.submit(time.monotonic) for _ in range(self.workers)])
 

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from tests import leftovers
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 SHARED_CRDS = REPO / "third_party" / "crds"  # vendored: third_party/SOURCES
@@ -77,11 +79,14 @@ FIXTURE_TIME_LIMITS = {"k8svalidate": 600, "oracle": 600}
 # the process (pytest-xdist then reports the test its worker crashed in).
 BACKSTOP_S = 60
 _STDERR = pytest.StashKey[int]()
+_RUN = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # faulthandler writes to a copy of the terminal's stderr: fd 2 is captured during a test
     config.stash[_STDERR] = os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2)
+    if not hasattr(config, "workerinput"):  # the session's own process, not an xdist worker
+        config.stash[_RUN] = leftovers.start_run()
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group into the nodeid
@@ -121,6 +126,29 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist has ended its workers
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fails the run naming every process it started that is still running (and stops them)."""
+    token = session.config.stash.get(_RUN, None)
+    if token is None:
+        return
+    left = leftovers.leftovers(token)
+    if not left:
+        return
+    leftovers.stop(token, left)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(left)} process(es) this test run started outlived it (now killed):"]
+    lines += [f"  {p}" for p in left]
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_sep("=", "processes left running", red=True)
+        for line in lines:
+            reporter.write_line(line)
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(tryfirst=True)  # before any fixture: the shared stack inherits the niceness

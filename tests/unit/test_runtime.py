@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import grpc
 import pytest
@@ -13,6 +16,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from plnt import xp
 from plnt_host import procs, runtime
+from tests import leftovers
 
 
 @pytest.mark.parametrize(
@@ -70,6 +74,34 @@ def test_plnt_function_serves_grpc_as_crossplane_calls_it(tmp_path: pathlib.Path
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_stopped_function_server_leaves_no_process_running(stop: signal.Signals) -> None:
+    """However the server ends, its worker processes and multiprocessing's resource tracker end
+    with it: a killed server's workers would otherwise wait, orphaned, for calls that never come."""
+    address = f"127.0.0.1:{procs.free_port()}"
+    plnt = pathlib.Path(sys.executable).parent / "plnt"
+    server = subprocess.Popen(
+        [str(plnt), "function", "function-model-replica", "--insecure", "--address", address]
+    )
+    started: list[leftovers.Process] = []
+    try:
+        procs.wait_ready(address, server)
+        started = leftovers.children(server.pid)
+        commands = " ".join(p.command for p in started)
+        assert "spawn_main" in commands and "resource_tracker" in commands, started
+        os.kill(server.pid, stop)
+        server.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(leftovers.running(p.pid) for p in started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p for p in started if leftovers.running(p.pid)] == []
+    finally:
+        for process in [server.pid, *(p.pid for p in started)]:
+            if leftovers.running(process):
+                os.kill(process, signal.SIGKILL)
+        server.wait(timeout=10)
 
 
 def test_plnt_function_requires_a_transport_choice() -> None:
