@@ -9,8 +9,8 @@ and renders a replica only when it holds an entry for exactly this namespace, na
 digest (`verify`). The annotations below are the binder's answers for people and for the
 ModelDeployment function; anything a tenant writes into them makes nothing bound, and a
 binding annotation the ledger does not back is reported as forged, replayed or stale. A ledger
-that cannot be read (`read_ledger` and `plnt.ledger_read`) binds nothing and unbinds nothing:
-whether a replica is bound is then unknown (`verify`).
+that cannot be read (plnt.ledger_parse) binds nothing and unbinds nothing: whether a replica is
+bound is then unknown (`verify`).
 
 - `plnt.work/pool-demand` (written by the ModelDeployment function): per pool, the pods the
   replica needs and what each asks of one node (`capacity.Pods`).
@@ -32,12 +32,11 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from plnt import capacity, names, tenancy
-from plnt.ledger_read import Unreadable, parse
 
 DEMAND = "plnt.work/pool-demand"
 LEGACY_NODES = "plnt.work/pool-nodes"  # before devices were counted: {pool: nodes}
@@ -61,8 +60,6 @@ LEDGER_DATA_KEY = "ledger.json"
 BINDING_FORGED = "BindingForged"
 BINDING_REPLAYED = "BindingReplayed"
 BINDING_STALE = "BindingStale"
-# Why whether a replica is bound is unknown (its Bound condition is Unknown, with a Warning)
-LEDGER_UNREADABLE = "LedgerUnreadable"
 
 # ModelDeployment condition reporting the binder's answers
 REPLICAS_BOUND = "ReplicasBound"
@@ -138,58 +135,6 @@ def ledger_configmap(state: Ledger, namespace: str = LEDGER_NAMESPACE) -> dict[s
     }
 
 
-def read_ledger(configmaps: Sequence[Mapping[str, Any]], cluster: str) -> Ledger | Unreadable:
-    """The ledger of `cluster` among the ConfigMaps Crossplane resolved for its name in the
-    binder's namespace, or why it cannot be read (missing included)."""
-    named = [
-        cm for cm in configmaps if (cm.get("metadata") or {}).get("name") == ledger_name(cluster)
-    ]
-    found = next(
-        (cm for cm in named if (cm.get("metadata") or {}).get("namespace") == LEDGER_NAMESPACE),
-        named[0] if named else None,
-    )
-    return parse_ledger(found, cluster)
-
-
-def parse_ledger(
-    configmap: Mapping[str, Any] | None, cluster: str, namespace: str = LEDGER_NAMESPACE
-) -> Ledger | Unreadable:
-    """The ledger a ConfigMap named `ledger_name(cluster)` holds, or why it cannot be read:
-    missing, in another namespace or without the binder's label, not JSON, not a ledger, the
-    ledger of another cluster, or a sequence no run of the binder writes."""
-    where = f"{namespace}/{ledger_name(cluster)}"
-    parsed = parse(
-        Ledger,
-        configmap,
-        where=where,
-        namespace=namespace,
-        label=LEDGER_LABEL,
-        data_key=LEDGER_DATA_KEY,
-    )
-    if isinstance(parsed, Unreadable):
-        return parsed
-    if parsed.cluster != cluster:
-        return Unreadable(where, f"holds the ledger of cluster {parsed.cluster}, not {cluster}")
-    wrong = sequence_problem(parsed)
-    return Unreadable(where, wrong) if wrong else parsed
-
-
-def sequence_problem(ledger: Ledger) -> str:
-    """Why `ledger`'s sequences cannot be the binder's, or "". Every write adds one to the
-    sequence and stamps the entries it commits with the new value, so no entry is newer than
-    the ledger holding it; a ledger that says otherwise was edited or pieced together."""
-    if ledger.sequence < 0:
-        return f"has sequence {ledger.sequence}: the binder counts its writes up from 0"
-    for key in sorted(ledger.entries):
-        committed = ledger.entries[key].sequence
-        if committed < 0 or committed > ledger.sequence:
-            return (
-                f"has sequence {ledger.sequence} but entry {key} says it was committed at "
-                f"sequence {committed}: no write of the binder leaves a ledger so"
-            )
-    return ""
-
-
 def devices_of(obj: Mapping[str, Any]) -> dict[str, int]:
     """The DRA devices a replica holds, per device class: every member's device requests times
     its pods (a Worker's nodes) times the engine's copies. What quotas count."""
@@ -213,7 +158,7 @@ class State:
     demand: Mapping[str, tuple[capacity.Pods, ...]]
     slots: Mapping[str, tuple[capacity.Slot, ...]] | None = None  # when bound
     message: str = ""  # refusal, why the binding annotation is not honoured, what is unreadable
-    reason: str = ""  # UNBACKED: BINDING_FORGED/_REPLAYED/_STALE; UNKNOWN: LEDGER_UNREADABLE
+    reason: str = ""  # UNBACKED: BINDING_FORGED/_REPLAYED/_STALE; UNKNOWN: plnt.ledger_parse's
     over_committed: str = ""
     ledger: int = 0  # when bound: the ledger sequence of the commit
 
@@ -304,13 +249,21 @@ def state_of(obj: Mapping[str, Any]) -> State:
     return State(PENDING, current, demand)
 
 
+class Unreadable(Protocol):
+    """A ledger that cannot be read (plnt.ledger_parse.UnreadableLedgerError, which sits above
+    this module): its reason and a message naming the ConfigMap and what is wrong with it."""
+
+    reason: str
+
+    @property
+    def message(self) -> str: ...
+
+
 def verify(
     obj: Mapping[str, Any],
     ledger: Ledger | Unreadable | None,
     quotas: Sequence[tenancy.QuotaLedger] = (),
     unreadable_quotas: Sequence[Unreadable] = (),
-    *,
-    rendered: bool = False,
 ) -> State:
     """What renders a replica: Bound only when `ledger` (its cluster's, as Crossplane read it)
     holds an entry for exactly this namespace/name, uid and digest; the slots are the ledger's.
@@ -318,14 +271,13 @@ def verify(
     not hold, Unbacked with the reason: forged (no such commit), replayed (written for another
     replica, namespace or an earlier replica of this name) or stale (for an earlier spec or
     another cluster). `quotas`: the quota ledgers; each covering the replica's namespace must
-    reserve exactly it too (plnt.tenancy), else it is not bound yet.
+    reserve exactly it too (plnt.tenancy), else it is not bound yet. None: no ledger, nothing
+    committed on the cluster.
 
-    Unknown (reason LEDGER_UNREADABLE, the message naming each ConfigMap and what is wrong)
-    when a ledger it depends on cannot be read: its cluster's ledger, or, for a replica that
-    ledger commits, any quota ledger (which namespaces one covers is in what cannot be read).
-    A missing cluster ledger (None, or Unreadable and missing) is a cluster the binder has
-    committed nothing to yet, unless the replica has `rendered`: then a commit existed and the
-    ledger holding it is lost."""
+    Unknown (the reader's reason, the message naming each ConfigMap and what is wrong) when a
+    ledger it depends on cannot be read: its cluster's ledger, or, for a replica that ledger
+    commits, any of `unreadable_quotas` (which namespaces one covers is in what cannot be
+    read). A readable ledger that does not commit the replica decides as usual."""
     meta = obj.get("metadata") or {}
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     uid = meta.get("uid", "") or ""
@@ -337,14 +289,12 @@ def verify(
             UNKNOWN,
             claimed.digest,
             claimed.demand,
-            message="; ".join(str(p) for p in problems),
-            reason=LEDGER_UNREADABLE,
+            message="; ".join(p.message for p in problems),
+            reason=problems[0].reason,
         )
 
-    if isinstance(ledger, Unreadable):
-        if rendered or not ledger.missing:
-            return unknown([ledger])
-        ledger = None
+    if ledger is not None and not isinstance(ledger, Ledger):
+        return unknown([ledger])
     entry = ledger.entries.get(key) if ledger is not None else None
     unreserved = [
         q.quota

@@ -21,7 +21,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from plnt import names
-from plnt.ledger_read import Unreadable, parse
 
 QUOTA_LEDGER_LABEL = "plnt.work/quota-ledger"
 QUOTA_DATA_KEY = "quota.json"
@@ -105,51 +104,6 @@ def quota_ledger_configmap(state: QuotaLedger, namespace: str) -> dict[str, Any]
         },
         "data": {QUOTA_DATA_KEY: state.model_dump_json(exclude_defaults=True)},
     }
-
-
-def quota_ledgers_of(
-    configmaps: Sequence[Mapping[str, Any]], namespace: str
-) -> tuple[list[QuotaLedger], list[Unreadable]]:
-    """The quota ledgers among the ConfigMaps Crossplane resolved (labelled, in the binder's
-    `namespace`), and those that cannot be read (a reader must not take them for no quota)."""
-    out: list[QuotaLedger] = []
-    bad: list[Unreadable] = []
-    for cm in configmaps:
-        parsed = parse_quota_ledger(cm, namespace)
-        if isinstance(parsed, Unreadable):
-            bad.append(parsed)
-        else:
-            out.append(parsed)
-    return out, bad
-
-
-def parse_quota_ledger(configmap: Mapping[str, Any], namespace: str) -> QuotaLedger | Unreadable:
-    """The quota ledger a ConfigMap holds, or why it cannot be read: outside `namespace` or
-    without the binder's label, not JSON, not a quota ledger, under another quota's name, or a
-    sequence no run of the binder writes."""
-    name = str((configmap.get("metadata") or {}).get("name") or "")
-    where = f"{namespace}/{name}"
-    parsed = parse(
-        QuotaLedger,
-        configmap,
-        where=where,
-        namespace=namespace,
-        label=QUOTA_LEDGER_LABEL,
-        data_key=QUOTA_DATA_KEY,
-    )
-    if isinstance(parsed, Unreadable):
-        return parsed
-    if name != quota_ledger_name(parsed.quota):
-        return Unreadable(
-            where,
-            f"holds the ledger of InferenceQuota {parsed.quota}, which the binder keeps in "
-            f"{quota_ledger_name(parsed.quota)}",
-        )
-    if parsed.sequence < 0:
-        return Unreadable(
-            where, f"has sequence {parsed.sequence}: the binder counts its writes up from 0"
-        )
-    return parsed
 
 
 def hold_message(namespaces: Sequence[str], used: Mapping[str, int], hard: Mapping[str, int],

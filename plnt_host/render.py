@@ -24,8 +24,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 import plnt
-from plnt import binding, xp
-from plnt.ledger_read import Unreadable
+from plnt import binding, ledger_parse, xp
 from plnt_host import runtime
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -470,9 +469,13 @@ def played_binder(xr: dict[str, Any], required: list[dict[str, Any]]) -> list[di
     if xr.get("kind") != "ModelReplica":
         return []
     cluster = (xr.get("spec") or {}).get("clusterName", "")
-    found = binding.read_ledger([o for o in required if o.get("kind") == "ConfigMap"], cluster)
-    if not (isinstance(found, Unreadable) and found.missing):
-        return []  # the scenario's own ledger, readable or not, is what the function reads
+    configmaps = [o for o in required if o.get("kind") == "ConfigMap"]
+    try:
+        ledger_parse.cluster_ledger_of(configmaps, cluster)
+        return []  # the scenario brings its cluster's ledger
+    except ledger_parse.UnreadableLedgerError as err:
+        if err.reason != ledger_parse.LEDGER_MISSING:
+            return []  # and an unreadable one is what the function reads too
     return ledger.preview([copy.deepcopy(xr)], required).configmaps
 
 

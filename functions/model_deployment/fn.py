@@ -43,7 +43,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
-from plnt import binding, conditions, contracts, fleet_view, tenancy, xp
+from plnt import binding, conditions, contracts, fleet_view, ledger_parse, tenancy, xp
 from plnt import fleet as fleet_model
 from plnt.models import model_deployment
 from plnt.models.model_deployment import ModelDeploymentSpec
@@ -73,7 +73,7 @@ def tenancy_inputs(
     ledgers = xp.require_quota_ledgers(req, rsp)
     if ns is None or ledgers is None:
         return None
-    quotas, _ = tenancy.quota_ledgers_of(ledgers, binding.LEDGER_NAMESPACE)
+    quotas, _ = ledger_parse.quota_ledgers_in(ledgers)
     return Tenant(
         tenancy.namespace_labels(ns[0] if ns else None, namespace),
         [q for q in quotas if namespace in q.namespaces],

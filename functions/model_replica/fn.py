@@ -56,7 +56,7 @@ from plnt import (
     conditions,
     contracts,
     labels,
-    tenancy,
+    ledger_parse,
     weights,
     workload_cluster,
     xp,
@@ -108,13 +108,12 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     # --- decisions ----------------------------------------------------------------------------
     observed = xp.observed_resources(req)
     rendered = own_composed(observed)
-    quotas, unreadable_quotas = tenancy.quota_ledgers_of(quota_ledgers, binding.LEDGER_NAMESPACE)
+    quotas, unreadable_quotas = ledger_parse.quota_ledgers_in(quota_ledgers)
     bound = binding.verify(
         xr,
-        binding.read_ledger(ledgers, spec.cluster_name),
+        cluster_ledger(ledgers, spec.cluster_name, rendered=bool(rendered)),
         quotas,
         unreadable_quotas,
-        rendered=bool(rendered),
     )
     condition = bound_condition(bound, spec.cluster_name, kept=bool(rendered))
     xp.set_conditions(rsp, condition)
@@ -294,6 +293,20 @@ def workloads_condition(progress: list[EngineProgress]) -> xp.Condition:
     return conditions.available(
         conditions.WORKLOADS_READY, f"every copy of {len(progress)} engine(s) is available"
     )
+
+
+def cluster_ledger(
+    configmaps: list[dict[str, Any]], cluster: str, *, rendered: bool
+) -> binding.Ledger | ledger_parse.UnreadableLedgerError | None:
+    """Its cluster's ledger, or why it cannot be read. None when there is none and the replica
+    never rendered: a cluster the binder has committed nothing to has no ledger yet. Once the
+    replica rendered, a commit existed, and a missing ledger is lost state, not an empty one."""
+    try:
+        return ledger_parse.cluster_ledger_of(configmaps, cluster)
+    except ledger_parse.UnreadableLedgerError as err:
+        if err.reason == ledger_parse.LEDGER_MISSING and not rendered:
+            return None
+        return err
 
 
 def cluster_problem(name: str, cluster: dict[str, Any] | None) -> str | None:

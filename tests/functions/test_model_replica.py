@@ -17,8 +17,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, serving
-from plnt import binding, capacity, labels, tenancy, xp
-from plnt.ledger_read import Unreadable
+from plnt import binding, capacity, labels, ledger_parse, tenancy, xp
 from plnt_host import render
 from tests.support import call_function
 
@@ -815,8 +814,9 @@ def test_a_ledger_outside_the_binders_namespace_binds_nothing() -> None:
     for o in moved:
         if o.get("kind") == "ConfigMap":
             o["metadata"]["namespace"] = "ml-team"
-    read = binding.read_ledger(moved, "eks-l4")
-    assert isinstance(read, Unreadable) and "is in namespace ml-team" in read.problem
+    with pytest.raises(ledger_parse.UnreadableLedgerError) as read:
+        ledger_parse.cluster_ledger_of(moved, "eks-l4")
+    assert read.value.reason == ledger_parse.LEDGER_MISPLACED
     rsp = _call(_annotated(QWEN.xr, _SIGNED), moved)
     assert composed(rsp) == {}
     assert condition(rsp, "Bound").reason == "BindingForged"

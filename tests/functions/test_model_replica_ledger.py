@@ -116,6 +116,7 @@ def _deleted(cm: dict[str, Any]) -> None:
 class Shape:
     name: str
     damage: Callable[[dict[str, Any]], dict[str, Any] | None]
+    reason: str  # plnt.ledger_parse's, the Bound condition's reason
     says: str  # what the problem says, after the ConfigMap's name
     missing: bool = False  # as Crossplane answers it, nothing: a never-rendered one awaits
 
@@ -124,40 +125,62 @@ SHAPES = [
     Shape(
         "bad JSON",
         _cut_in_half,
-        "has a ledger.json that is not JSON (EOF while parsing a string at line 1 column ",
+        "LedgerCorrupt",
+        "is not JSON (Unterminated string starting at: line 1 column ",
     ),
-    Shape("empty data", _data(""), "has no data key ledger.json"),
+    Shape("empty data", _data(""), "LedgerMalformed", "has no data under ledger.json"),
     Shape(
         "wrong schema: entries a list",
         _data('{"cluster": "eks-l4", "entries": []}'),
-        "has a ledger.json that is not a Ledger: entries: Input should be an object",
+        "LedgerMalformed",
+        "is not a ledger: entries: Input should be a valid dictionary",
     ),
     Shape(
         "wrong schema: not an object",
         _data("[1, 2]"),
-        "has a ledger.json that is not a Ledger: (the top level): Input should be an object",
+        "LedgerMalformed",
+        "is not a ledger: the document: Input should be a valid dictionary",
     ),
     Shape(
         "wrong schema: an entry without its uid",
         _data('{"cluster": "eks-l4", "entries": {"ml-team/x": {"digest": "d", "slots": {}}}}'),
-        "has a ledger.json that is not a Ledger: entries.ml-team/x.uid: Field required",
+        "LedgerMalformed",
+        "is not a ledger: entries.ml-team/x.uid: Field required",
     ),
     Shape(
         "another cluster's ledger",
         _data('{"cluster": "lab-h100"}'),
-        "holds the ledger of cluster lab-h100, not eks-l4",
+        "LedgerMisplaced",
+        "is the ledger of cluster 'lab-h100', not of 'eks-l4'",
     ),
     Shape(
         "wrong sequence: behind its entry",
         _sequence(0),
-        "has sequence 0 but entry ml-team/qwen3-8b-eks-l4-0 says it was committed at sequence 1",
+        "LedgerWrongSequence",
+        "holds ml-team/qwen3-8b-eks-l4-0 committed at sequence 1, but the ledger is at sequence 0",
     ),
-    Shape("wrong sequence: negative", _sequence(-3), "has sequence -3"),
-    Shape("without the binder's label", _unlabelled, "lacks the label plnt.work/ledger=true"),
+    Shape(
+        "wrong sequence: negative",
+        _sequence(-3),
+        "LedgerWrongSequence",
+        "has a negative sequence -3",
+    ),
+    Shape(
+        "without the binder's label",
+        _unlabelled,
+        "LedgerMalformed",
+        "is not labelled plnt.work/ledger=true",
+    ),
     # Crossplane answers the requirement (by name, in plnt-system) with nothing: a ledger
     # written into another namespace is, to the function, a ledger that does not exist.
-    Shape("wrong namespace", _namespace("plnt-backup"), "does not exist", missing=True),
-    Shape("missing", _deleted, "does not exist", missing=True),
+    Shape(
+        "wrong namespace",
+        _namespace("plnt-backup"),
+        "LedgerMissing",
+        "does not exist",
+        missing=True,
+    ),
+    Shape("missing", _deleted, "LedgerMissing", "does not exist", missing=True),
 ]
 IDS = [s.name for s in SHAPES]
 
@@ -192,13 +215,13 @@ def test_a_serving_replica_keeps_every_composed_resource(shape: Shape) -> None:
     assert all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
     assert rsp.desired.composite.ready != fnv1.READY_FALSE
     bound = condition(rsp, "Bound")
-    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, "LedgerUnreadable")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, shape.reason)
     assert bound.message.startswith(
         f"cannot tell whether its devices are committed on cluster eks-l4: ConfigMap {LEDGER} "
         f"{shape.says}"
     )
     assert bound.message.endswith("every composed resource is kept as it is until it can be read")
-    assert warnings(rsp) == [f"binding unknown (LedgerUnreadable): {bound.message}"]
+    assert warnings(rsp) == [f"binding unknown ({shape.reason}): {bound.message}"]
     ready = condition(rsp, "WorkloadsReady")
     assert (ready.status, ready.reason) == (fnv1.STATUS_CONDITION_TRUE, "Available")
     status = xp.to_dict(rsp.desired.composite.resource)["status"]
@@ -216,11 +239,11 @@ def test_a_replica_that_never_rendered_stays_unrendered(shape: Shape) -> None:
         assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
         assert warnings(rsp) == []
         return
-    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, "LedgerUnreadable")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, shape.reason)
     assert f"ConfigMap {LEDGER} {shape.says}" in bound.message
     assert bound.message.endswith("nothing is composed until it can be read")
-    assert warnings(rsp) == [f"binding unknown (LedgerUnreadable): {bound.message}"]
-    assert condition(rsp, "WorkloadsReady").reason == "LedgerUnreadable"
+    assert warnings(rsp) == [f"binding unknown ({shape.reason}): {bound.message}"]
+    assert condition(rsp, "WorkloadsReady").reason == shape.reason
 
 
 def test_what_is_kept_is_what_was_observed_not_what_the_spec_now_asks() -> None:
@@ -331,30 +354,44 @@ def quota_ledger(data: str, name: str = "plnt-quota-ml-team") -> dict[str, Any]:
 
 
 QUOTA_SHAPES = [
-    ("bad JSON", quota_ledger('{"quota": "ml-team", "namespa'), "is not JSON"),
+    (
+        "bad JSON",
+        quota_ledger('{"quota": "ml-team", "namespa'),
+        "LedgerCorrupt",
+        "is not JSON (Unterminated string",
+    ),
     (
         "wrong schema",
         quota_ledger('{"quota": "ml-team", "hard": {"gpu.nvidia.com": "many"}}'),
-        "is not a QuotaLedger: hard.gpu.nvidia.com: Input should be a valid integer",
+        "LedgerMalformed",
+        "is not a quota ledger: hard.gpu.nvidia.com: Input should be a valid integer",
     ),
     (
         "under another quota's name",
         quota_ledger('{"quota": "team-b"}'),
-        "holds the ledger of InferenceQuota team-b, which the binder keeps in plnt-quota-team-b",
+        "LedgerMisplaced",
+        "holds the quota ledger of InferenceQuota 'team-b', which is kept in plnt-quota-team-b",
     ),
-    ("wrong sequence", quota_ledger('{"quota": "ml-team", "sequence": -1}'), "has sequence -1"),
+    (
+        "wrong sequence",
+        quota_ledger('{"quota": "ml-team", "sequence": -1}'),
+        "LedgerWrongSequence",
+        "has a negative sequence -1",
+    ),
 ]
 
 
-@pytest.mark.parametrize("data, says", [(d, s) for _, d, s in QUOTA_SHAPES],
-                         ids=[n for n, _, _ in QUOTA_SHAPES])  # fmt: skip
-def test_an_unreadable_quota_ledger_keeps_a_serving_replica(data: dict, says: str) -> None:
+@pytest.mark.parametrize("data, reason, says", [s[1:] for s in QUOTA_SHAPES],
+                         ids=[s[0] for s in QUOTA_SHAPES])  # fmt: skip
+def test_an_unreadable_quota_ledger_keeps_a_serving_replica(
+    data: dict, reason: str, says: str
+) -> None:
     rsp = call(READY.xr, [*READY.required, data], READY.observed)
     assert composed(rsp) == as_observed(READY.observed)
     bound = condition(rsp, "Bound")
-    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, "LedgerUnreadable")
-    assert f"ConfigMap {QUOTA_LEDGER} " in bound.message and says in bound.message
-    assert warnings(rsp) == [f"binding unknown (LedgerUnreadable): {bound.message}"]
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, reason)
+    assert f"ConfigMap {QUOTA_LEDGER} {says}" in bound.message
+    assert warnings(rsp) == [f"binding unknown ({reason}): {bound.message}"]
 
 
 def test_an_unreadable_quota_ledger_renders_nothing_new() -> None:
@@ -396,10 +433,8 @@ def test_the_example_renders_every_observed_resource_unchanged() -> None:
     assert conditions["Ready"]["status"] == "True"
     assert (conditions["Bound"]["status"], conditions["Bound"]["reason"]) == (
         "Unknown",
-        "LedgerUnreadable",
+        "LedgerCorrupt",
     )
-    assert (
-        f"ConfigMap {LEDGER} has a ledger.json that is not JSON" in conditions["Bound"]["message"]
-    )
+    assert f"ConfigMap {LEDGER} is not JSON" in conditions["Bound"]["message"]
     assert out.xr["status"]["endpoint"] == "http://198.51.100.20/ml-team/qwen3-8b-eks-l4-0"
     assert [r["severity"] for r in out.results] == ["SEVERITY_WARNING"]
