@@ -29,6 +29,8 @@ class Cluster:
     gateway: str = ""  # status.gateway.address as the cluster reports it (checked where used)
     # spec.namespaceSelector: the namespaces it admits (plnt.tenancy.admits; None: every one)
     fence: Mapping[str, Any] | None = None
+    # Why the binder commits nothing on it (its ledger cannot be read): it offers no capacity.
+    closed: str = ""
 
 
 def amount(raw: Any, *, milli: bool) -> int:

@@ -7,7 +7,9 @@ replica on the fleet. The binder, which owns what is committed on each pool (its
 instead what scheduling needs, once per pass:
 
 - per cluster: name, labels, Ready, gateway address, the ledger sequence it counted, and per pool
-  its name, class and nodes with, for used nodes only, what the ledger's slots take on each;
+  its name, class and nodes with, for used nodes only, what the ledger's slots take on each; a
+  cluster whose ledger the binder cannot read carries why instead of usage, and offers nothing
+  (the scheduler names the reason in its shortfall);
 - in ConfigMaps `<namespace>/plnt-fleet-view-<labels digest>-<n>` (gzipped JSON in binaryData):
   clusters with the same labels share parts, each part labelled with those labels and
   `plnt.work/fleet-view: "true"`, so a clusterSelector's matchLabels narrows the requirement to
@@ -120,11 +122,15 @@ def unpack(payload: Any) -> str:
 
 
 def cluster_view(
-    obj: Mapping[str, Any], pools: Mapping[str, capacity.Pool], ledger: int
+    obj: Mapping[str, Any], pools: Mapping[str, capacity.Pool], ledger: int, closed: str = ""
 ) -> ClusterView:
-    """An InferenceCluster and its pools as charged with the ledger's slots."""
+    """An InferenceCluster and its pools as charged with the ledger's slots; `closed`: why the
+    binder commits nothing on it (its ledger cannot be read), so it offers no capacity."""
+    cluster = fleet.cluster_of(obj)
+    if closed:
+        cluster = dataclasses.replace(cluster, closed=closed)
     return ClusterView(
-        fleet.cluster_of(obj),
+        cluster,
         ledger,
         {name: use for name, pool in pools.items() if (use := pool.usage())},
     )
@@ -151,6 +157,8 @@ def _encode(view: ClusterView, class_index: Mapping[str, int]) -> list[Any]:
         encoded.append(dict(sorted(own.items())))
     if c.fence is not None:  # the fence rides after the own labels (a map, maybe empty)
         encoded.append(dict(c.fence))
+    if c.closed:  # last, the only string after the pools
+        encoded.append(c.closed)
     return encoded
 
 
@@ -246,6 +254,9 @@ def decode(text: str) -> list[ClusterView]:
                             f"pool {pool}: a used node is not [node, pods, whole, {{...}}]"
                         )
                     used.raw[pool] = (nodes, entry[3])
+            closed = ""
+            if rest and type(rest[-1]) is str:
+                closed = rest.pop()
             fence, own = None, rest
             if len(rest) == 2 and type(rest[1]) is dict:
                 fence, own = rest[1], rest[:1]
@@ -255,7 +266,13 @@ def decode(text: str) -> list[ClusterView]:
                 {**labels, **{str(k): str(v) for k, v in own[0].items()}} if own else labels
             )
             cluster = fleet.Cluster(
-                str(name), cluster_labels, bool(ready), tuple(fleet_pools), str(gateway), fence
+                str(name),
+                cluster_labels,
+                bool(ready),
+                tuple(fleet_pools),
+                str(gateway),
+                fence,
+                closed,
             )
             out.append(ClusterView(cluster, int(ledger), used))
         return out

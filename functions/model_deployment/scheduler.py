@@ -608,6 +608,8 @@ class Scheduler:
         that ran out (devices, CPU, memory, or whole nodes for gangs)."""
         if not cluster.ready:
             return "not Ready"
+        if cluster.closed:
+            return cluster.closed
         if not cluster.pools:
             return "no node pools"
         parts = []
@@ -767,7 +769,7 @@ def schedule(
         (c for c in fleet_clusters if cluster_selector(c.labels)), key=lambda c: c.name
     )
 
-    ready = [c for c in matching if c.ready and admitted(c)]
+    ready = [c for c in matching if c.ready and not c.closed and admitted(c)]
     placed = sched.place(needed, ready, [*kept, *siblings]) if needed > 0 else []
 
     total = len(kept) + len(placed)

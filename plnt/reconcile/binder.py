@@ -1,17 +1,24 @@
 """The binder: commits proposed ModelReplicas to per-cluster ledgers, as kube-scheduler binds pods.
 
-One pass: list InferenceClusters and InferenceClasses; list every ledger ConfigMap
-(`<namespace>/plnt-ledger-<cluster>`, one call); then list every ModelReplica (after the
-ledgers, which is what lets `ledger.decide` release entries of deleted replicas); per cluster,
-decide, write the ledger with the resourceVersion it was read at (create when there was none),
-and only after that write succeeded, annotate the replicas (binding, refusal, over-commit). A
+One pass: list InferenceClusters and InferenceClasses; read every ledger from its two copies
+(the published `<namespace>/plnt-ledger-<cluster>`, then the binder's record
+`plnt-ledger-record-<cluster>`, one list call each: `ledger.hold`); then list every ModelReplica
+(after the ledgers, which is what lets `ledger.decide` release entries of deleted replicas); per
+cluster, decide, write the record and then the published copy, each with the resourceVersion it
+was read at (create when there was none, or when a copy was lost: it is rebuilt from the other),
+and only after both writes succeeded, annotate the replicas (binding, refusal, over-commit). A
 conflict (another binder, or a concurrent pass) re-reads that cluster's ledger and the replicas
-and decides again. Last, the fleet view (`plnt.fleet_view`) of the ledgers as committed: what the
-ModelDeployment function schedules on instead of the whole fleet.
+and decides again. A ledger that cannot be read (a copy that does not parse, copies that
+contradict each other, both gone after a commit) closes its cluster: nothing is committed there,
+proposals no copy holds are refused naming the ConfigMap and the fault, and a Warning Event on
+the InferenceCluster says so (docs/reconciler.md). Last, the fleet view (`plnt.fleet_view`) of
+the ledgers as committed, a closed cluster offering nothing: what the ModelDeployment function
+schedules on instead of the whole fleet.
 
 Tenancy (plnt.tenancy, docs/tenancy.md): before the clusters, every InferenceQuota's quota
-ledger (`plnt-quota-<name>`, same namespace) is decided and written the same way, so no two
-binders reserve past `hard`; a cluster then never commits a replica its fence
+ledger (`plnt-quota-<name>`, same namespace, with its record) is decided and written the same
+way, so no two binders reserve past `hard` (the quota ledgers of deleted InferenceQuotas are
+deleted first, so nothing waits on them); a cluster then never commits a replica its fence
 (`spec.namespaceSelector`, over the Namespaces' labels) keeps off, nor one a quota covering its
 namespace has not reserved. Each InferenceQuota's status (used, namespaces) is written last.
 
@@ -22,26 +29,29 @@ create/replace; the ModelReplica's spec is never touched.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
+import socket
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Generic
 
 import pydantic
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, contracts, fleet_view, tenancy
+from plnt import binding, contracts, fleet_view, ledger_parse, names, tenancy
 from plnt.reconcile import ledger as ledgers
 from plnt.reconcile.kube import api_map
-
-LedgerT = TypeVar("LedgerT", bound=pydantic.BaseModel)
+from plnt.reconcile.ledger import LedgerT
 
 log = logging.getLogger(__name__)
 
 GROUP, VERSION = contracts.MODELPLANE_GROUP, contracts.MODELPLANE_VERSION
 FIELD_MANAGER = "plnt-binder"
 LEDGER_LABEL = binding.LEDGER_LABEL
+COMPONENT = "plnt-binder"
+EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects live there, as for Nodes
 MAX_ATTEMPTS = 8  # per cluster and pass; a conflict means someone else made progress
 
 
@@ -53,6 +63,38 @@ def _meta(obj: client.V1ConfigMap | client.V1Namespace) -> client.V1ObjectMeta:
 
 
 ledger_name = binding.ledger_name
+RECORD_LABEL = "plnt.work/ledger-record"  # "cluster" or "quota": the binder's own copies
+
+
+def record_name(cluster: str) -> str:
+    return names.dns_subdomain("plnt-ledger-record", cluster)
+
+
+def quota_record_name(quota: str) -> str:
+    return names.dns_subdomain("plnt-quota-record", quota)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind(Generic[LedgerT]):
+    """Cluster ledgers or quota ledgers: where their two copies live and how they read."""
+
+    label: str  # the published copy's label (what the functions select)
+    record: str  # the record's RECORD_LABEL value
+    data_key: str
+    name_of: Callable[[str], str]
+    record_of: Callable[[str], str]
+    fresh: Callable[[str], LedgerT]
+    parse: Callable[[str | None, str, str], LedgerT]  # (text, key, where)
+
+
+CLUSTER_LEDGERS: _Kind[ledgers.Ledger] = _Kind(
+    LEDGER_LABEL, "cluster", ledgers.DATA_KEY, ledger_name, record_name,
+    lambda k: ledgers.Ledger(cluster=k), ledger_parse.parse_cluster_ledger,
+)  # fmt: skip
+QUOTA_LEDGERS: _Kind[tenancy.QuotaLedger] = _Kind(
+    tenancy.QUOTA_LEDGER_LABEL, "quota", tenancy.QUOTA_DATA_KEY, tenancy.quota_ledger_name,
+    quota_record_name, lambda k: tenancy.QuotaLedger(quota=k), ledger_parse.parse_quota_ledger,
+)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -63,10 +105,16 @@ class ClusterOutcome:
     over: dict[str, str] = dataclasses.field(default_factory=dict)
     conflicts: int = 0
     error: str = ""
+    closed: ledgers.Closed | None = None  # its ledger cannot be read: every proposal refused
+    rebuilt: str = ""  # a lost copy of its ledger rebuilt from the other
 
     def line(self) -> str:
         text = f"cluster {self.cluster}: {self.bound} bound, {len(self.refused)} refused"
         text += f", {len(self.over)} over-committed, {self.conflicts} conflicts"
+        if self.closed is not None:
+            text += f" [closed: {self.closed.message}]"
+        if self.rebuilt:
+            text += f" [rebuilt {self.rebuilt}]"
         for key, why in sorted(self.refused.items()):
             text += f"; refused {key}: {why}"
         for key, why in sorted(self.over.items()):
@@ -79,6 +127,8 @@ class Binder:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
+        self.instance = socket.gethostname()
+        self._said: dict[tuple[str, str], str] = {}  # (kind, name): the problem last reported
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -86,87 +136,98 @@ class Binder:
         listed = api_map(self.custom.list_cluster_custom_object(GROUP, VERSION, plural))
         return listed.get("items", [])
 
-    def read_ledgers(self, clusters: set[str]) -> dict[str, tuple[ledgers.Ledger, str | None]]:
-        """Every ledger in one list call (a pass costs the same on 1 or 1,000 clusters); a
-        cluster without one gets an empty ledger and None."""
-        return self._list_ledgers(
-            clusters,
-            label=LEDGER_LABEL,
-            data_key=ledgers.DATA_KEY,
-            model=ledgers.Ledger,
-            key_field="cluster",
-            name_of=ledger_name,
-        )
+    def read_ledgers(
+        self, clusters: set[str], counted: Callable[[str], int] = lambda _: 0
+    ) -> dict[str, ledgers.Held[ledgers.Ledger]]:
+        """Every cluster's ledger from its two copies (plnt.reconcile.ledger, "a ledger kept
+        twice"), in two list calls (a pass costs the same on 1 or 1,000 clusters): the published
+        copies first, then the records. `counted`: the last sequence the binder counted for a
+        cluster (asked only when both copies are gone)."""
+        return self._hold_all(CLUSTER_LEDGERS, clusters, counted)
 
-    def read_ledger(self, cluster: str) -> tuple[ledgers.Ledger, str | None]:
-        """The ledger and its resourceVersion; an empty one and None when there is none yet."""
-        try:
-            cm = self.core.read_namespaced_config_map(ledger_name(cluster), self.namespace)
-        except ApiException as err:
-            if err.status == 404:
-                return ledgers.Ledger(cluster=cluster), None
-            raise
-        raw = (cm.data or {}).get(ledgers.DATA_KEY) or "{}"
-        parsed = ledgers.Ledger.model_validate_json(raw)
-        if parsed.cluster != cluster:
-            raise ValueError(f"ConfigMap {_meta(cm).name} is the ledger of {parsed.cluster!r}")
-        return parsed, _meta(cm).resource_version
+    def read_ledger(self, cluster: str) -> ledgers.Held[ledgers.Ledger]:
+        """One cluster's ledger, as `read_ledgers` reads it (after a conflict)."""
+        return self._hold_one(
+            CLUSTER_LEDGERS, cluster, lambda _: self._counted_view().get(cluster, 0)
+        )
 
     def read_quota_ledgers(
-        self, quotas: set[str]
-    ) -> dict[str, tuple[tenancy.QuotaLedger, str | None]]:
-        """Every quota ledger in one list call; a quota without one gets an empty one and None."""
-        return self._list_ledgers(
-            quotas,
-            label=tenancy.QUOTA_LEDGER_LABEL,
-            data_key=tenancy.QUOTA_DATA_KEY,
-            model=tenancy.QuotaLedger,
-            key_field="quota",
-            name_of=tenancy.quota_ledger_name,
-        )
+        self, quotas: set[str], counted: Callable[[str], int] = lambda _: 0
+    ) -> dict[str, ledgers.Held[tenancy.QuotaLedger]]:
+        return self._hold_all(QUOTA_LEDGERS, quotas, counted)
 
-    def _list_ledgers(
+    def read_quota_ledger(
+        self, quota: str, counted: Callable[[str], int] = lambda _: 0
+    ) -> ledgers.Held[tenancy.QuotaLedger]:
+        return self._hold_one(QUOTA_LEDGERS, quota, counted)
+
+    def _hold_all(
+        self, kind: _Kind[LedgerT], keys: set[str], counted: Callable[[str], int]
+    ) -> dict[str, ledgers.Held[LedgerT]]:
+        published = self._copies(f"{kind.label}=true", kind.data_key)
+        records = self._copies(f"{RECORD_LABEL}={kind.record}", kind.data_key)
+        return {
+            k: self._hold(kind, k, published.get(kind.name_of(k)), records.get(kind.record_of(k)),
+                          counted)
+            for k in keys
+        }  # fmt: skip
+
+    def _hold_one(
+        self, kind: _Kind[LedgerT], key: str, counted: Callable[[str], int]
+    ) -> ledgers.Held[LedgerT]:
+        published = self._copy(kind.name_of(key), kind.data_key)  # first: see `ledgers.hold`
+        record = self._copy(kind.record_of(key), kind.data_key)
+        return self._hold(kind, key, published, record, counted)
+
+    def _hold(
         self,
-        keys: set[str],
-        *,
-        label: str,
-        data_key: str,
-        model: type[LedgerT],
-        key_field: str,
-        name_of: Callable[[str], str],
-    ) -> dict[str, tuple[LedgerT, str | None]]:
-        """The ledgers labelled `label`, by key, with their resourceVersions. A ConfigMap that
-        does not parse, or sits under another ledger's name, is ignored: tenants cannot write in
-        this namespace, so it is an operator's mistake, not an attack."""
-        listed = self.core.list_namespaced_config_map(
-            self.namespace, label_selector=f"{label}=true"
+        kind: _Kind[LedgerT],
+        key: str,
+        published: ledgers.Copy | None,
+        record: ledgers.Copy | None,
+        counted: Callable[[str], int],
+    ) -> ledgers.Held[LedgerT]:
+        names = (self._where(kind.name_of(key)), self._where(kind.record_of(key)))
+        return ledgers.hold(
+            kind.fresh(key),
+            published,
+            record,
+            lambda text, where: kind.parse(text, key, where),
+            names=names,
+            counted=lambda: counted(key),
         )
-        out: dict[str, tuple[LedgerT, str | None]] = {
-            k: (model.model_validate({key_field: k}), None) for k in keys
-        }
-        for cm in listed.items:
-            raw = (cm.data or {}).get(data_key) or "{}"
-            try:
-                parsed = model.model_validate_json(raw)
-            except ValueError:
-                log.warning("ConfigMap %s is not a %s; ignored", _meta(cm).name, model.__name__)
-                continue
-            key = getattr(parsed, key_field)
-            if key in keys and _meta(cm).name == name_of(key):
-                out[key] = (parsed, _meta(cm).resource_version)
-        return out
 
-    def read_quota_ledger(self, quota: str) -> tuple[tenancy.QuotaLedger, str | None]:
-        try:
-            cm = self.core.read_namespaced_config_map(
-                tenancy.quota_ledger_name(quota), self.namespace
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return tenancy.QuotaLedger(quota=quota), None
-            raise
-        raw = (cm.data or {}).get(tenancy.QUOTA_DATA_KEY) or "{}"
-        return tenancy.QuotaLedger.model_validate_json(raw), _meta(cm).resource_version
+    def _where(self, name: str) -> str:
+        return f"{self.namespace}/{name}"
+
+    def _as_copy(self, cm: client.V1ConfigMap, data_key: str) -> ledgers.Copy:
+        meta = _meta(cm)
+        return ledgers.Copy(
+            self._where(meta.name or ""), (cm.data or {}).get(data_key), meta.resource_version or ""
+        )
+
+    def _copies(self, selector: str, data_key: str) -> dict[str, ledgers.Copy]:
+        listed = self.core.list_namespaced_config_map(self.namespace, label_selector=selector)
+        return {_meta(cm).name or "": self._as_copy(cm, data_key) for cm in listed.items}
+
+    def _copy(self, name: str, data_key: str) -> ledgers.Copy | None:
+        cm = self._read_config_map(name)
+        return None if cm is None else self._as_copy(cm, data_key)
+
+    def _counted_view(self) -> dict[str, int]:
+        """The ledger sequence the fleet view last counted per cluster: what tells a ledger whose
+        copies are both gone from one never written. A part that does not read counts nothing."""
+        listed = self.core.list_namespaced_config_map(
+            self.namespace, label_selector=f"{fleet_view.VIEW_LABEL}=true"
+        )
+        parts = [
+            {"metadata": {"name": _meta(cm).name}, "binaryData": cm.binary_data or {}}
+            for cm in listed.items
+        ]
+        views, unreadable = fleet_view.read(parts)
+        if unreadable:
+            log.warning("fleet view parts %s do not read", ", ".join(unreadable))
+        return {name: v.ledger for name, v in views.items()}
 
     def namespaces(self) -> dict[str, dict[str, str]]:
         """Every Namespace's labels (fences and quotas select namespaces by them)."""
@@ -175,12 +236,31 @@ class Binder:
 
     # --- writes ---------------------------------------------------------------------------
 
-    def write_quota_ledger(self, state: tenancy.QuotaLedger, resource_version: str | None) -> bool:
-        """Compare-and-swap, as `write_ledger`."""
-        cm = tenancy.quota_ledger_configmap(state, self.namespace)
-        return self._swap_config_map(
-            cm["metadata"]["name"], cm["metadata"]["labels"], cm["data"], resource_version
-        )
+    def commit(
+        self,
+        kind: _Kind[LedgerT],
+        key: str,
+        held: ledgers.Held[LedgerT],
+        state: pydantic.BaseModel,
+        changed: bool,
+    ) -> bool:
+        """Writes `state` (the decision on `held`) to the ledger's record, then to its published
+        copy, each by compare-and-swap at the version read (creating a copy that is gone). False
+        when another writer got to either first: re-read and decide again."""
+        text = state.model_dump_json()
+        if changed or held.write_record:
+            labels = {RECORD_LABEL: kind.record}
+            if not self._swap_config_map(
+                kind.record_of(key), labels, {kind.data_key: text}, held.record
+            ):
+                return False
+        if changed or held.publish:
+            labels = {kind.label: "true"}
+            if not self._swap_config_map(
+                kind.name_of(key), labels, {kind.data_key: text}, held.published
+            ):
+                return False
+        return True
 
     def write_quota_status(self, quota: Mapping[str, Any], state: tenancy.QuotaLedger) -> None:
         """status.used (devices per class), status.namespaces, status.replicas: what
@@ -202,15 +282,6 @@ class Binder:
         except ApiException as err:
             if err.status != 404:
                 raise
-
-    def write_ledger(self, state: ledgers.Ledger, resource_version: str | None) -> bool:
-        """Compare-and-swap: False if the ledger moved on since `resource_version`."""
-        return self._swap_config_map(
-            ledger_name(state.cluster),
-            {LEDGER_LABEL: "true"},
-            {ledgers.DATA_KEY: state.model_dump_json()},
-            resource_version,
-        )
 
     def _swap_config_map(
         self,
@@ -240,7 +311,8 @@ class Binder:
                     name, self.namespace, body, field_manager=FIELD_MANAGER
                 )
         except ApiException as err:
-            if err.status == 409:  # Conflict (stale resourceVersion) or AlreadyExists
+            # Conflict (stale resourceVersion), AlreadyExists, or deleted since it was read
+            if err.status in (404, 409):
                 return False
             raise
         return True
@@ -265,58 +337,107 @@ class Binder:
         classes = {c["metadata"]["name"]: c for c in self._list("inferenceclasses")}
         quotas = {q["metadata"]["name"]: q for q in self._list("inferencequotas")}
         namespaces = self.namespaces()
-        read = self.read_ledgers(set(clusters))  # the ledgers first, then the replicas
-        quota_read = self.read_quota_ledgers(set(quotas))
+        counted = _Lazy(self._counted_view)
+        # the ledgers first, then the replicas
+        read = self.read_ledgers(set(clusters), lambda c: counted().get(c, 0))
+        quota_read = self.read_quota_ledgers(set(quotas), lambda q: _quota_counted(quotas[q]))
+        self._remove_orphan_quota_ledgers(set(quotas))
         replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+        closed = {n: h.closed for n, h in read.items() if h.closed is not None}
+        closed_quotas = {n: h.closed for n, h in quota_read.items() if h.closed is not None}
         decided: list[ledgers.QuotaDecision] = []
-        for name in sorted(quotas):
+        for name in sorted(set(quotas) - set(closed_quotas)):
             decided.append(
-                self._reserve(quotas[name], quota_read[name], replicas, namespaces, clusters)
+                self._reserve(
+                    quotas[name],
+                    quota_read[name],
+                    replicas,
+                    namespaces,
+                    clusters,
+                    closed=set(closed),
+                )
             )
         fenced = ledgers.tenancy_refusals(replicas, clusters, namespaces)
-        refuse = {**ledgers.quota_refusals(replicas, decided), **fenced}
+        refuse = {
+            **ledgers.quota_refusals(replicas, decided),
+            **ledgers.closed_quota_refusals(quotas, closed_quotas, replicas, namespaces),
+            **fenced,
+        }
         outcomes = []
         committed: dict[str, ledgers.Ledger] = {}
         for name in sorted(clusters):
             outcome = ClusterOutcome(name)
             try:
-                committed[name] = self._bind_cluster(
-                    clusters[name], classes, read[name], replicas, outcome, refuse=refuse
-                )
+                if name in closed:
+                    self._refuse_closed(name, closed[name], replicas, outcome)
+                else:
+                    committed[name] = self._bind_cluster(
+                        clusters[name], classes, read[name], replicas, outcome, refuse=refuse
+                    )
             except Exception as err:  # one cluster's failure must not stop the others
                 outcome.error = f"{type(err).__name__}: {err}"
                 log.warning("%s", outcome.line())
-                committed[name] = read[name][0]  # what it held when read: still committed
+                state = read[name].state
+                if state is not None:
+                    committed[name] = state  # what it held when read: still committed
+                else:
+                    closed.setdefault(
+                        name, ledgers.Closed("", outcome.error, counted().get(name, 0))
+                    )
+            if outcome.closed is not None:
+                closed[name] = outcome.closed
             outcomes.append(outcome)
+            self._report_cluster(clusters[name], outcome.closed, outcome.rebuilt)
         self._refuse_unknown_clusters(replicas, set(clusters))
-        self.write_view(clusters, classes, committed)
+        self.write_view(clusters, classes, committed, closed)
         for d in decided:
-            self.write_quota_status(quotas[d.ledger.quota], d.ledger)
+            if d.written:
+                self.write_quota_status(quotas[d.ledger.quota], d.ledger)
+        for name in sorted(quotas):
+            held = quota_read[name]
+            self._report_quota(quotas[name], held.closed, held.rebuilt)
         return outcomes
 
     def _reserve(
         self,
         quota: Mapping[str, Any],
-        read: tuple[tenancy.QuotaLedger, str | None],
+        held: ledgers.Held[tenancy.QuotaLedger],
         replicas: list[ledgers.Replica],
         namespaces: Mapping[str, Mapping[str, str]],
         clusters: Mapping[str, Mapping[str, Any]],
+        *,
+        closed: set[str],
     ) -> ledgers.QuotaDecision:
         """One quota's reservations, written by compare-and-swap (a conflict re-reads the quota
         ledger and the replicas); returns the decision as written, or one reserving nothing new
-        when the ledger kept changing."""
+        when the ledger kept changing or turned unreadable. Replicas on a `closed` cluster
+        reserve nothing new: nothing binds there."""
         name = quota["metadata"]["name"]
-        state, version = read
         for _ in range(MAX_ATTEMPTS):
+            state = held.state
+            if state is None:
+                break
             fenced = ledgers.tenancy_refusals(replicas, clusters, namespaces)
-            eligible = {r.key for r in replicas if r.cluster in clusters} - set(fenced)
-            decision = ledgers.decide_quota(state, quota, replicas, namespaces, eligible=eligible)
-            if not decision.changed or self.write_quota_ledger(decision.ledger, version):
+            eligible = {
+                r.key for r in replicas if r.cluster in clusters and r.cluster not in closed
+            }
+            decision = ledgers.decide_quota(
+                state, quota, replicas, namespaces, eligible=eligible - set(fenced)
+            )
+            if self.commit(QUOTA_LEDGERS, name, held, decision.ledger, decision.changed):
                 return decision
-            state, version = self.read_quota_ledger(name)  # first the ledger, then the list
+            # first the ledger, then the list
+            held = self.read_quota_ledger(name, lambda _: _quota_counted(quota))
             replicas[:] = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
-        log.warning("InferenceQuota %s: its ledger kept changing; nothing new reserved", name)
-        return ledgers.QuotaDecision(state, False, {})
+        log.warning("InferenceQuota %s: its ledger kept changing or does not read; nothing new "
+                    "reserved", name)  # fmt: skip
+        # Every replica of the namespaces it covers and has not reserved waits: no commit may
+        # count on a reservation this pass could not make.
+        state = held.state or tenancy.QuotaLedger(quota=name)
+        cover = sorted(set(state.namespaces) | set(ledgers.covered(quota, replicas, namespaces)))
+        return ledgers.QuotaDecision(
+            state.model_copy(update={"namespaces": cover}), False, {}, written=False
+        )
 
     # --- the fleet view ---------------------------------------------------------------------
 
@@ -325,12 +446,14 @@ class Binder:
         clusters: Mapping[str, Mapping[str, Any]],
         classes: Mapping[str, Mapping[str, Any]],
         committed: Mapping[str, ledgers.Ledger],
+        closed: Mapping[str, ledgers.Closed] | None = None,
     ) -> list[fleet_view.Part]:
-        """Writes the fleet view of these ledgers: first the parts that gain clusters, then the
+        """Writes the fleet view of these ledgers (a `closed` cluster offers nothing, with
+        why): first the parts that gain clusters, then the
         parts that only lose some, then the index, last deletes parts no longer in it. So a
         cluster moving between parts (its labels changed) is in one of them at every moment;
         a reader between the writes may see it in both, at the same ledger sequence."""
-        parts = fleet_view.parts(ledgers.views(clusters, classes, committed))
+        parts = fleet_view.parts(ledgers.views(clusters, classes, committed, closed))
         listed = self.core.list_namespaced_config_map(
             self.namespace, label_selector=f"{fleet_view.VIEW_LABEL}=true"
         )
@@ -414,26 +537,35 @@ class Binder:
         self,
         cluster: Mapping[str, Any],
         classes: Mapping[str, Mapping[str, Any]],
-        read: tuple[ledgers.Ledger, str | None],
+        held: ledgers.Held[ledgers.Ledger],
         replicas: list[ledgers.Replica],
         outcome: ClusterOutcome,
         *,
         refuse: Mapping[str, str] | None = None,
     ) -> ledgers.Ledger:
-        """Binds the cluster's proposals; returns the ledger as committed."""
+        """Binds the cluster's proposals; returns the ledger as committed (or as last read, when
+        it turned unreadable meanwhile: then `outcome.closed` says why and the proposals are
+        refused)."""
         name = cluster["metadata"]["name"]
-        state, version = read
+        last = ledgers.Ledger(cluster=name)
         for _ in range(MAX_ATTEMPTS):
+            state = held.state
+            if state is None:
+                assert held.closed is not None
+                self._refuse_closed(name, held.closed, replicas, outcome)
+                return last
+            last = state
             pools = ledgers.pools_of(cluster, classes)
             mine = [r for r in replicas if r.cluster == name]
             decision = ledgers.decide(
                 state, mine, pools, alive={r.uid for r in replicas}, refuse=refuse
             )
-            if decision.changed and not self.write_ledger(decision.ledger, version):
+            if not self.commit(CLUSTER_LEDGERS, name, held, decision.ledger, decision.changed):
                 outcome.conflicts += 1
-                state, version = self.read_ledger(name)  # first the ledger, then the list
+                held = self.read_ledger(name)  # first the ledger, then the list
                 replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
                 continue
+            outcome.rebuilt = held.rebuilt
             uids = {r.key: r.uid for r in mine}
             for key, writes in sorted(decision.annotate.items()):
                 self.annotate(key, uids[key], writes)
@@ -444,7 +576,112 @@ class Binder:
             )
             return decision.ledger if decision.changed else state
         outcome.error = f"the ledger kept changing ({MAX_ATTEMPTS} conflicts)"
-        return state
+        return last
+
+    def _refuse_closed(
+        self,
+        cluster: str,
+        closed: ledgers.Closed,
+        replicas: list[ledgers.Replica],
+        outcome: ClusterOutcome,
+    ) -> None:
+        """Commits nothing on a cluster whose ledger cannot be read (`ledgers.refuse_closed`)."""
+        outcome.closed = closed
+        outcome.refused, annotate = ledgers.refuse_closed(cluster, closed, replicas)
+        uids = {r.key: r.uid for r in replicas}
+        for key, writes in sorted(annotate.items()):
+            self.annotate(key, uids[key], writes)
+
+    def _remove_orphan_quota_ledgers(self, listed: set[str]) -> None:
+        """Deletes the quota ledgers (both copies) of InferenceQuotas that are gone, so nothing
+        waits on a reservation that can never change. The quotas are listed again first, and
+        each ConfigMap is deleted only at the version seen: a quota created meanwhile keeps its
+        ledger."""
+        found: dict[str, str] = {}
+        for selector in (f"{tenancy.QUOTA_LEDGER_LABEL}=true", f"{RECORD_LABEL}=quota"):
+            listed_cms = self.core.list_namespaced_config_map(
+                self.namespace, label_selector=selector
+            )
+            for cm in listed_cms.items:
+                found[_meta(cm).name or ""] = _meta(cm).resource_version or ""
+
+        def kept(quotas: set[str]) -> set[str]:
+            return {f(q) for q in quotas for f in (tenancy.quota_ledger_name, quota_record_name)}
+
+        orphans = set(found) - kept(listed)
+        if not orphans:
+            return
+        orphans -= kept({q["metadata"]["name"] for q in self._list("inferencequotas")})
+        for name in sorted(orphans):
+            try:
+                self.core.delete_namespaced_config_map(
+                    name,
+                    self.namespace,
+                    body=client.V1DeleteOptions(
+                        preconditions=client.V1Preconditions(resource_version=found[name])
+                    ),
+                )
+                log.info("quota ledger %s removed: its InferenceQuota is gone", name)
+            except ApiException as err:
+                if err.status not in (404, 409):
+                    raise
+
+    # --- what people see ------------------------------------------------------------------
+
+    def _report_cluster(
+        self, obj: Mapping[str, Any], closed: ledgers.Closed | None, rebuilt: str
+    ) -> None:
+        self._report("InferenceCluster", obj, closed, rebuilt)
+
+    def _report_quota(
+        self, obj: Mapping[str, Any], closed: ledgers.Closed | None, rebuilt: str
+    ) -> None:
+        self._report("InferenceQuota", obj, closed, rebuilt)
+
+    def _report(
+        self, kind: str, obj: Mapping[str, Any], closed: ledgers.Closed | None, rebuilt: str
+    ) -> None:
+        """An Event on the InferenceCluster (or InferenceQuota) when its ledger turns unreadable
+        (Warning, reason from plnt.ledger_parse, naming the ConfigMap and the fault), when it
+        reads again (Normal LedgerRepaired) and when a lost copy is rebuilt (Normal
+        LedgerRebuilt). Once per change: a process remembers what it said."""
+        name = obj["metadata"]["name"]
+        key = (kind, name)
+        said = self._said.get(key)
+        if closed is not None:
+            if said != closed.message:
+                self._event(kind, obj, closed.reason or "LedgerUnreadable", closed.message, True)
+                self._said[key] = closed.message
+            return
+        if said is not None:
+            self._event(kind, obj, "LedgerRepaired", "its ledger reads again: binding resumes",
+                        False)  # fmt: skip
+            del self._said[key]
+        if rebuilt:
+            self._event(kind, obj, "LedgerRebuilt", f"rebuilt {rebuilt}", False)
+
+    def _event(self, kind: str, obj: Mapping[str, Any], reason: str, message: str,
+               warning: bool) -> None:  # fmt: skip
+        log.log(logging.WARNING if warning else logging.INFO, "%s %s: %s: %s", kind,
+                obj["metadata"]["name"], reason, message)  # fmt: skip
+        meta = obj["metadata"]
+        now = datetime.datetime.now(datetime.UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                generate_name=f"{meta['name']}.", namespace=EVENT_NAMESPACE
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version=f"{GROUP}/{VERSION}", kind=kind, name=meta["name"],
+                uid=meta.get("uid"), resource_version=meta.get("resourceVersion"),
+            ),
+            reason=reason, message=message, type="Warning" if warning else "Normal",
+            source=client.V1EventSource(component=COMPONENT), reporting_component=COMPONENT,
+            reporting_instance=self.instance, first_timestamp=now, last_timestamp=now, count=1,
+        )  # fmt: skip
+        try:
+            self.core.create_namespaced_event(EVENT_NAMESPACE, body)
+        except ApiException as err:  # an Event is for people: binding goes on without it
+            log.warning("Event on %s %s not written: HTTP %s", kind, meta["name"], err.status)
 
     def _refuse_unknown_clusters(self, replicas: list[ledgers.Replica], known: set[str]) -> None:
         for r in replicas:
@@ -455,6 +692,32 @@ class Binder:
             )
             if r.refused_annotation != value:
                 self.annotate(r.key, r.uid, {binding.REFUSED: value})
+
+
+class _Lazy:
+    """A value computed once, when first asked for (the fleet view is read only when some
+    cluster's ledger copies are both gone)."""
+
+    def __init__(self, make: Callable[[], dict[str, int]]) -> None:
+        self._make = make
+        self._value: dict[str, int] | None = None
+
+    def __call__(self) -> dict[str, int]:
+        if self._value is None:
+            self._value = self._make()
+        return self._value
+
+
+def _quota_counted(quota: Mapping[str, Any]) -> int:
+    """1 when the binder's status on an InferenceQuota shows a reservation it made (its ledger
+    existed then), else 0."""
+    status = quota.get("status") or {}
+    used = ((status.get("used") or {}).get("devices")) or {}
+    try:
+        reserved = int(status.get("replicas") or 0) > 0 or any(int(v) > 0 for v in used.values())
+    except (TypeError, ValueError, AttributeError):
+        reserved = True  # a status it cannot read: assume the ledger held something
+    return 1 if reserved else 0
 
 
 def summary(outcomes: list[ClusterOutcome]) -> str:

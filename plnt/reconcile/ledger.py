@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
-from plnt import binding, capacity, fleet, fleet_view, tenancy
+from plnt import binding, capacity, fleet, fleet_view, ledger_parse, tenancy
 
 DATA_KEY = binding.LEDGER_DATA_KEY
 
@@ -185,6 +185,7 @@ class QuotaDecision:
     ledger: tenancy.QuotaLedger
     changed: bool  # the quota ledger must be written (with the read resourceVersion)
     refused: dict[str, str]  # replicas of covered namespaces it could not reserve, and why
+    written: bool = True  # False: not what the ledger holds (its status is not written from it)
 
 
 def quota_terms(obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
@@ -206,16 +207,8 @@ def decide_quota(
     then the `eligible` replicas (by key: their cluster exists and admits them) of the covered
     namespaces are reserved oldest first while they fit `hard`. One object decides, so what it
     reserves never sums past `hard` whatever runs concurrently."""
-    selector, hard = quota_terms(quota)
-    every = set(namespaces) | {r.namespace for r in replicas}
-    covered = sorted(
-        n
-        for n in every
-        if tenancy.admits(
-            selector,
-            tenancy.namespace_labels({"metadata": {"labels": dict(namespaces.get(n) or {})}}, n),
-        )
-    )
+    _, hard = quota_terms(quota)
+    covering = covered(quota, replicas, namespaces)
     by_key = {r.key: r for r in replicas}
     entries = {
         k: e
@@ -223,19 +216,19 @@ def decide_quota(
         if (r := by_key.get(k)) is not None
         and r.uid == e.uid
         and r.state.digest == e.digest
-        and r.namespace in covered
+        and r.namespace in covering
     }
-    changed = entries != state.entries or covered != state.namespaces or hard != state.hard
+    changed = entries != state.entries or covering != state.namespaces or hard != state.hard
     draft = tenancy.QuotaLedger(
         quota=state.quota,
         sequence=state.sequence,
-        namespaces=covered,
+        namespaces=covering,
         hard=hard,
         entries=entries,
     )
     refused: dict[str, str] = {}
     for r in sorted(replicas, key=lambda r: (r.created, r.key)):
-        if r.namespace not in covered or r.key in draft.entries or r.key not in eligible:
+        if r.namespace not in covering or r.key in draft.entries or r.key not in eligible:
             continue
         why = tenancy.exceeds(draft, r.devices, r.namespace)
         if why:
@@ -331,14 +324,208 @@ def views(
     clusters: Mapping[str, Mapping[str, Any]],
     classes: Mapping[str, Mapping[str, Any]],
     committed: Mapping[str, Ledger],
+    closed: Mapping[str, Closed] | None = None,
 ) -> list[fleet_view.ClusterView]:
-    """The fleet view of every cluster as its ledger commits it (no ledger: nothing used)."""
+    """The fleet view of every cluster as its ledger commits it (no ledger: nothing used); a
+    `closed` cluster (its ledger cannot be read) offers nothing, says why, and keeps the last
+    sequence counted (what tells a lost ledger from one never written)."""
     out = []
     for name, obj in clusters.items():
+        shut = (closed or {}).get(name)
+        if shut is not None:
+            out.append(fleet_view.cluster_view(obj, {}, shut.sequence, closed=shut.message))
+            continue
         held = committed.get(name) or Ledger(cluster=name)
         pools = committed_pools(held, pools_of(obj, classes))
         out.append(fleet_view.cluster_view(obj, pools, held.sequence))
     return out
+
+
+# --- a ledger kept twice ----------------------------------------------------------------------
+#
+# Each ledger is two ConfigMaps in the binder's namespace, both written only by the binder: its
+# record (`plnt-ledger-record-<cluster>`, `plnt-quota-record-<quota>`), which it decides from and
+# writes first, and the published ledger (`plnt-ledger-<cluster>`, `plnt-quota-<quota>`), which
+# the functions read and which is written second with the record's content. So the published
+# ledger is always some version of the record, never ahead of it: entries leave the record only
+# when their replica goes or changes, so a published ledger rebuilt from its record holds every
+# replica the lost one held, and a record rebuilt from its published copy lacks only commits
+# nobody has seen yet (never rendered, never annotated). A copy that does not read, or copies that
+# contradict each other, close the cluster (or quota) until an operator repairs or deletes the
+# damaged copy; both gone after the binder counted a commit also closes it.
+
+
+class _Sequenced(Protocol):
+    sequence: int
+
+
+LedgerT = TypeVar("LedgerT", bound=_Sequenced)
+
+
+@dataclasses.dataclass(frozen=True)
+class Copy:
+    """One of a ledger's ConfigMaps as read: where ("<namespace>/<name>"), its data under the
+    ledger's key (None: no such key) and its resourceVersion."""
+
+    where: str
+    text: str | None
+    version: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Closed:
+    """Why nothing binds on a cluster (or in a quota's namespaces), and the last ledger sequence
+    the binder counted there."""
+
+    reason: str  # a plnt.ledger_parse reason
+    message: str
+    sequence: int = 0
+    # The replicas the copies that still read hold (None: no copy reads). A proposal outside it
+    # was never published, so it can be refused; one that may be in a lost copy is left waiting,
+    # since the ModelReplica function may be serving it.
+    known: frozenset[str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Held(Generic[LedgerT]):
+    """A ledger as the binder holds it at the start of a decision."""
+
+    state: LedgerT | None  # what to decide from; None when closed
+    record: str | None  # the record's resourceVersion (None: create it)
+    published: str | None  # the published copy's resourceVersion (None: create it)
+    write_record: bool = False  # the record is gone: write it even if nothing changes
+    publish: bool = False  # the published copy is gone or behind the record: write it
+    closed: Closed | None = None
+    rebuilt: str = ""  # what is being rebuilt from what (for people)
+
+
+def hold(
+    fresh: LedgerT,
+    published: Copy | None,
+    record: Copy | None,
+    parse: Callable[[str | None, str], LedgerT],
+    *,
+    names: tuple[str, str],
+    counted: Callable[[], int] = lambda: 0,
+) -> Held[LedgerT]:
+    """How the binder may use a ledger from its two copies (`published`, then `record`, read in
+    that order, so the record is never older than the published copy). `fresh`: the empty
+    ledger; `parse(text, where)` reads one copy or raises plnt.ledger_parse's error; `names`: the
+    (published, record) ConfigMaps; `counted`: the highest sequence the binder is known to have
+    written (its fleet view, a quota's status), which tells a lost ledger from a new one."""
+    errors: list[ledger_parse.UnreadableLedgerError] = []
+    parsed: list[LedgerT | None] = []
+    for copy_ in (published, record):
+        if copy_ is None:
+            parsed.append(None)
+            continue
+        try:
+            parsed.append(parse(copy_.text, copy_.where))
+        except ledger_parse.UnreadableLedgerError as err:
+            errors.append(err)
+            parsed.append(None)
+    pub, rec = parsed
+    pub_version = published.version if published is not None else None
+    rec_version = record.version if record is not None else None
+
+    def closed(reason: str, message: str) -> Held[LedgerT]:
+        readable = [p for p in parsed if p is not None]
+        last = max([counted()] + [p.sequence for p in readable])
+        known = frozenset(k for p in readable for k in _keys(p)) if readable else None
+        text = f"{message}: nothing binds until it is repaired (docs/reconciler.md)"
+        return Held(None, rec_version, pub_version, closed=Closed(reason, text, last, known))
+
+    if errors:
+        return closed(errors[0].reason, "; ".join(e.message for e in errors))
+    if pub is None and rec is None:
+        before = counted()
+        if before > 0:
+            return closed(
+                ledger_parse.LEDGER_MISSING,
+                f"ConfigMaps {names[0]} and {names[1]} are both gone, after the binder "
+                f"committed sequence {before}: restore either from a backup",
+            )
+        return Held(fresh, None, None)
+    if rec is None:
+        assert pub is not None
+        return Held(pub, None, pub_version, write_record=True,
+                    rebuilt=f"{names[1]} from {names[0]}")  # fmt: skip
+    if pub is None:
+        return Held(rec, rec_version, None, publish=True, rebuilt=f"{names[0]} from {names[1]}")
+    if pub.sequence > rec.sequence:
+        return closed(
+            ledger_parse.LEDGER_WRONG_SEQUENCE,
+            f"ConfigMap {names[0]} is at sequence {pub.sequence}, ahead of the binder's record "
+            f"{names[1]} at {rec.sequence}",
+        )
+    if pub.sequence == rec.sequence and pub != rec:
+        return closed(
+            ledger_parse.LEDGER_WRONG_SEQUENCE,
+            f"ConfigMap {names[0]} differs from the binder's record {names[1]} at the same "
+            f"sequence {rec.sequence}",
+        )
+    return Held(rec, rec_version, pub_version, publish=pub.sequence < rec.sequence)
+
+
+def refuse_closed(
+    cluster: str, closed: Closed, replicas: Sequence[Replica]
+) -> tuple[dict[str, str], dict[str, dict[str, str | None]]]:
+    """On a cluster whose ledger cannot be read: every proposal is refused (why), and the
+    refusal annotations to write. Those go only on proposals no copy of the ledger could hold:
+    one a lost or unreadable copy may hold is left waiting, since the ModelReplica function may
+    be serving it and a refusal would make its ModelDeployment delete it."""
+    message = f"cluster {cluster}: {closed.message}"
+    refused: dict[str, str] = {}
+    annotate: dict[str, dict[str, str | None]] = {}
+    for r in replicas:
+        if r.cluster != cluster:
+            continue
+        refused[r.key] = message
+        if closed.known is None or r.key in closed.known or r.state.state == binding.BOUND:
+            continue
+        value = binding.refusal_json(r.state.digest, message)
+        if r.refused_annotation != value:
+            annotate[r.key] = {binding.REFUSED: value}
+    return refused, annotate
+
+
+def closed_quota_refusals(
+    quotas: Mapping[str, Mapping[str, Any]],
+    closed: Mapping[str, Closed],
+    replicas: Sequence[Replica],
+    namespaces: Mapping[str, Mapping[str, str]],
+) -> dict[str, str]:
+    """Every replica of a namespace covered by an InferenceQuota whose ledger cannot be read:
+    what it has reserved is unknown, so nothing new is committed there."""
+    out: dict[str, str] = {}
+    for name, why in sorted(closed.items()):
+        cover = set(covered(quotas[name], replicas, namespaces))
+        for r in replicas:
+            if r.namespace in cover:
+                out.setdefault(r.key, f"InferenceQuota {name}: {why.message}")
+    return out
+
+
+def _keys(state: Any) -> list[str]:
+    return list(getattr(state, "entries", {}))
+
+
+def covered(
+    quota: Mapping[str, Any],
+    replicas: Sequence[Replica],
+    namespaces: Mapping[str, Mapping[str, str]],
+) -> list[str]:
+    """The namespaces an InferenceQuota covers now (its selector over their labels)."""
+    selector, _ = quota_terms(quota)
+    every = set(namespaces) | {r.namespace for r in replicas}
+    return sorted(
+        n
+        for n in every
+        if tenancy.admits(
+            selector,
+            tenancy.namespace_labels({"metadata": {"labels": dict(namespaces.get(n) or {})}}, n),
+        )
+    )
 
 
 def bind_all(

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from plnt import binding, capacity, fleet_view
+from plnt import binding, capacity, fleet_view, tenancy
 from plnt.reconcile import binder, kube, ledger
 from tests.reconcile.apiserver import RECONCILER_TOKEN, REPO
 
@@ -151,24 +151,28 @@ def test_binds_what_fits_and_refuses_the_rest_loudly(kube_apiserver, api, cluste
     assert found[refused].message == (
         "pool h: not enough free gpu (need 3 on one node, 2 of 8 free in the pool)"
     )
-    state, version = b.read_ledger(cluster_name)
-    assert version
-    assert sorted(state.entries) == sorted(f"{t}/r-0" for t in teams if t != refused)
-    # a second pass writes nothing: the ledger keeps its version
+    held = b.read_ledger(cluster_name)
+    assert held.published and held.record and held.state is not None
+    assert sorted(held.state.entries) == sorted(f"{t}/r-0" for t in teams if t != refused)
+    # a second pass writes nothing: both copies keep their versions
     b.bind_once()
-    assert b.read_ledger(cluster_name)[1] == version
+    again = b.read_ledger(cluster_name)
+    assert (again.published, again.record) == (held.published, held.record)
 
 
 def test_a_stale_ledger_write_is_refused(kube_apiserver, api, cluster_name):
     make_replica(kube_apiserver, cluster_name, 1)
     b = binder.Binder(api)
     b.bind_once()
-    state, version = b.read_ledger(cluster_name)
-    emptied = ledger.Ledger(cluster=cluster_name)
-    assert b.write_ledger(emptied, version)  # against the version read: accepted
-    assert not b.write_ledger(state, version)  # against that version again: 409, refused
-    assert b.read_ledger(cluster_name)[0] == emptied
-    assert not b.write_ledger(ledger.Ledger(cluster=cluster_name), None)  # exists already
+    held = b.read_ledger(cluster_name)
+    assert held.state is not None
+    emptied = ledger.Ledger(cluster=cluster_name, sequence=held.state.sequence + 1)
+    kind = binder.CLUSTER_LEDGERS
+    assert b.commit(kind, cluster_name, held, emptied, True)  # at the versions read: accepted
+    assert not b.commit(kind, cluster_name, held, held.state, True)  # at them again: 409
+    assert b.read_ledger(cluster_name).state == emptied
+    new = ledger.Held(ledger.Ledger(cluster=cluster_name), None, None)
+    assert not b.commit(kind, cluster_name, new, emptied, True)  # exists already
 
 
 def test_concurrent_binders_never_over_commit(kube_apiserver, api, cluster_name):
@@ -190,8 +194,8 @@ def test_concurrent_binders_never_over_commit(kube_apiserver, api, cluster_name)
     found = states(kube_apiserver, teams)
     assert bound_gpus(found) <= 8
     assert sum(s.state == binding.BOUND for s in found.values()) == 2
-    state, _ = binder.Binder(api).read_ledger(cluster_name)
-    assert len(state.entries) == 2
+    state = binder.Binder(api).read_ledger(cluster_name).state
+    assert state is not None and len(state.entries) == 2
 
 
 def test_a_shrunk_pool_is_reported_on_the_replicas_it_no_longer_holds(
@@ -285,7 +289,8 @@ def test_the_fleet_view_holds_what_the_ledgers_commit(kube_apiserver, api, clust
     assert set(views) == {c["metadata"]["name"] for c in clusters}
     assert fleet_view.fleet_size(index["data"]) == len(clusters)
     assert sorted(json.loads(index["data"][fleet_view.INDEX_KEY])["parts"]) == sorted(parts)
-    state, _ = b.read_ledger(cluster_name)
+    state = b.read_ledger(cluster_name).state
+    assert state is not None
     mine = views[cluster_name]
     assert mine.ledger == state.sequence == 1
     (node,) = mine.used["h"]
@@ -392,8 +397,9 @@ def test_a_quota_caps_the_namespaces_it_covers_and_shows_its_use(kube_apiserver,
     assert found[refused].message == (
         f"namespaces {', '.join(sorted(teams))} hold 3 of 4 gpu.nvidia.com (InferenceQuota {quota})"
     )
-    held, version = b.read_quota_ledger(quota)
-    assert version and sorted(held.namespaces) == sorted(teams)
+    read = b.read_quota_ledger(quota)
+    held, version = read.state, read.published
+    assert held is not None and version and sorted(held.namespaces) == sorted(teams)
     assert list(held.entries) == [f"{t}/r-0" for t in teams if t != refused]
     status = kube_apiserver.admin.get(f"/apis/{GV}/inferencequotas/{quota}").json()["status"]
     assert status == {
@@ -403,3 +409,240 @@ def test_a_quota_caps_the_namespaces_it_covers_and_shows_its_use(kube_apiserver,
     }
     # the room was capacity's too: the pool had 8 GPUs, so only the quota refused
     assert outcome.refused == {f"{refused}/r-0": found[refused].message}
+
+
+# --- a damaged or lost ledger (docs/reconciler.md) ---------------------------------------------
+
+CONFIGMAPS = "/api/v1/namespaces/plnt-system/configmaps"
+
+
+def _configmap(kube_apiserver, name: str) -> dict | None:
+    r = kube_apiserver.admin.get(f"{CONFIGMAPS}/{name}")
+    return r.json() if r.status_code == 200 else None
+
+
+def _put_ledger_text(kube_apiserver, name: str, text: str) -> None:
+    cm = _configmap(kube_apiserver, name)
+    assert cm is not None
+    cm["data"][ledger.DATA_KEY] = text
+    r = kube_apiserver.admin.put(f"{CONFIGMAPS}/{name}", json=cm)
+    assert r.status_code == 200, r.text
+
+
+def _events(kube_apiserver, name: str) -> list[tuple[str, str, str]]:
+    items = kube_apiserver.admin.get(
+        "/api/v1/namespaces/default/events",
+        params={"fieldSelector": f"involvedObject.name={name}"},
+    ).json()["items"]
+    return [(e["type"], e["reason"], e["message"]) for e in items]
+
+
+def _cluster_view(kube_apiserver, cluster: str) -> fleet_view.ClusterView:
+    _, parts = _view(kube_apiserver)
+    views, unreadable = fleet_view.read(parts.values())
+    assert not unreadable
+    return views[cluster]
+
+
+def _outcome(b: binder.Binder, cluster: str) -> binder.ClusterOutcome:
+    (outcome,) = [o for o in b.bind_once() if o.cluster == cluster]
+    return outcome
+
+
+def _ahead(text: str) -> str:
+    body = json.loads(text)
+    body["sequence"] += 1
+    return json.dumps(body)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason", "fault"),
+    [
+        (lambda t: t[: len(t) // 2], "LedgerCorrupt", "is not JSON (Unterminated string"),
+        (
+            lambda t: '{"cluster": 5}',
+            "LedgerMalformed",
+            "is not a ledger: cluster: Input should be",
+        ),
+        (_ahead, "LedgerWrongSequence", "is at sequence 2, ahead of the binder's record"),
+    ],
+    ids=["bad JSON", "wrong shape", "wrong sequence"],
+)
+def test_an_unreadable_ledger_closes_its_cluster_until_it_is_repaired(
+    kube_apiserver, api, cluster_name, damage, reason, fault
+):
+    """Nothing binds on the cluster while its published ledger does not read: the proposal is
+    refused naming the ConfigMap, the bound replica keeps its binding, the InferenceCluster gets
+    a Warning Event, the fleet view offers nothing and says why. Deleting the damaged copy (the
+    documented repair) rebuilds it from the binder's record and binding resumes."""
+    serving = make_replica(kube_apiserver, cluster_name, 3)
+    b = binder.Binder(api)
+    assert _outcome(b, cluster_name).bound == 1
+    record = _configmap(kube_apiserver, binder.record_name(cluster_name))
+    assert record is not None
+    published = binder.ledger_name(cluster_name)
+    good = _configmap(kube_apiserver, published)["data"][ledger.DATA_KEY]
+    _put_ledger_text(kube_apiserver, published, damage(good))
+    waiting = make_replica(kube_apiserver, cluster_name, 3)
+
+    outcome = _outcome(b, cluster_name)
+    assert outcome.closed is not None and outcome.closed.reason == reason
+    where = f"plnt-system/{published}"
+    assert outcome.closed.message.startswith(f"ConfigMap {where} {fault}"), outcome.closed.message
+    assert outcome.closed.message.endswith(
+        "nothing binds until it is repaired (docs/reconciler.md)"
+    )
+    found = states(kube_apiserver, [serving, waiting])
+    assert found[serving].state == binding.BOUND  # its binding stands: never un-bound by damage
+    assert found[waiting].state == binding.REFUSED_STATE
+    assert found[waiting].message == f"cluster {cluster_name}: {outcome.closed.message}"
+    (warning,) = [e for e in _events(kube_apiserver, cluster_name) if e[0] == "Warning"]
+    assert warning == ("Warning", reason, outcome.closed.message)
+    view = _cluster_view(kube_apiserver, cluster_name)
+    assert (view.cluster.closed, view.ledger, dict(view.used)) == (outcome.closed.message, 1, {})
+    after = _configmap(kube_apiserver, binder.record_name(cluster_name))
+    assert after["metadata"]["resourceVersion"] == record["metadata"]["resourceVersion"]
+    b.bind_once()  # a second pass says nothing new
+    assert len(_events(kube_apiserver, cluster_name)) == 1
+
+    assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{published}").status_code == 200
+    outcome = _outcome(b, cluster_name)
+    assert (outcome.closed, outcome.bound) == (None, 2)
+    assert outcome.rebuilt == f"{where} from plnt-system/{binder.record_name(cluster_name)}"
+    assert {e[1] for e in _events(kube_apiserver, cluster_name)} == {
+        reason,
+        "LedgerRepaired",
+        "LedgerRebuilt",
+    }
+    found = states(kube_apiserver, [serving, waiting])
+    assert {s.state for s in found.values()} == {binding.BOUND}
+    held = b.read_ledger(cluster_name)
+    assert held.state is not None and not held.publish and held.state.sequence == 2
+    assert sorted(held.state.entries) == sorted(f"{t}/r-0" for t in (serving, waiting))
+    assert not _cluster_view(kube_apiserver, cluster_name).cluster.closed
+
+
+@pytest.mark.parametrize("lost", ["published", "record"])
+def test_a_deleted_copy_is_rebuilt_from_the_other_in_one_pass(
+    kube_apiserver, api, cluster_name, lost
+):
+    team = make_replica(kube_apiserver, cluster_name, 2)
+    b = binder.Binder(api)
+    b.bind_once()
+    before = b.read_ledger(cluster_name).state
+    name = (
+        binder.ledger_name(cluster_name)
+        if lost == "published"
+        else binder.record_name(cluster_name)
+    )
+    assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{name}").status_code == 200
+    outcome = _outcome(b, cluster_name)
+    assert (outcome.closed, outcome.bound, outcome.error) == (None, 1, "")
+    assert outcome.rebuilt.startswith(f"plnt-system/{name} from ")
+    held = b.read_ledger(cluster_name)
+    assert (held.state, held.publish, held.write_record) == (before, False, False)
+    rebuilt = json.loads(_configmap(kube_apiserver, name)["data"][ledger.DATA_KEY])
+    assert f"{team}/r-0" in rebuilt["entries"]
+    assert states(kube_apiserver, [team])[team].state == binding.BOUND
+
+
+def test_both_copies_gone_close_the_cluster_until_one_is_restored(
+    kube_apiserver, api, cluster_name
+):
+    """After a commit the fleet view counts the ledger's sequence, so two missing copies read as
+    a lost ledger, not a new one: nothing binds and no proposal is refused (the lost ledger may
+    hold it) until the operator restores one copy from a backup."""
+    serving = make_replica(kube_apiserver, cluster_name, 3)
+    b = binder.Binder(api)
+    b.bind_once()
+    backup = _configmap(kube_apiserver, binder.ledger_name(cluster_name))
+    for name in (binder.ledger_name(cluster_name), binder.record_name(cluster_name)):
+        assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{name}").status_code == 200
+    waiting = make_replica(kube_apiserver, cluster_name, 3)
+    outcome = _outcome(b, cluster_name)
+    assert outcome.closed is not None and outcome.closed.reason == "LedgerMissing"
+    assert outcome.closed.message.startswith(
+        f"ConfigMaps plnt-system/{binder.ledger_name(cluster_name)} and "
+        f"plnt-system/{binder.record_name(cluster_name)} are both gone, after the binder "
+        "committed sequence 1: restore either from a backup"
+    )
+    found = states(kube_apiserver, [serving, waiting])
+    assert (found[serving].state, found[waiting].state) == (binding.BOUND, binding.PENDING)
+    assert _configmap(kube_apiserver, binder.ledger_name(cluster_name)) is None  # never invented
+    assert _cluster_view(kube_apiserver, cluster_name).ledger == 1  # the evidence is kept
+    b.bind_once()
+    assert _outcome(b, cluster_name).closed is not None
+
+    restored = {"metadata": {k: backup["metadata"][k] for k in ("name", "labels")},
+                "data": backup["data"]}  # fmt: skip
+    assert kube_apiserver.admin.post(CONFIGMAPS, json=restored).status_code == 201
+    outcome = _outcome(b, cluster_name)
+    assert (outcome.closed, outcome.bound) == (None, 2)
+    assert outcome.rebuilt.startswith(f"plnt-system/{binder.record_name(cluster_name)} from ")
+    assert {s.state for s in states(kube_apiserver, [serving, waiting]).values()} == {binding.BOUND}
+
+
+def _quota(kube_apiserver, hard: int) -> tuple[str, str]:
+    group = uuid.uuid4().hex[:6]
+    quota = f"q-{group}"
+    kube_apiserver.create(
+        {
+            "apiVersion": GV,
+            "kind": "InferenceQuota",
+            "metadata": {"name": quota},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"quota-group": group}},
+                "hard": {"devices": {"gpu.nvidia.com": hard}},
+            },
+        }
+    )
+    return quota, group
+
+
+def test_a_deleted_quota_takes_its_ledger_and_frees_who_waited_at_once(
+    kube_apiserver, api, cluster_name
+):
+    quota, group = _quota(kube_apiserver, 3)
+    teams = [tenant_replica(kube_apiserver, cluster_name, 3, {"quota-group": group})
+             for _ in range(2)]  # fmt: skip
+    b = binder.Binder(api)
+    b.bind_once()
+    found = states(kube_apiserver, teams)
+    assert sorted(s.state for s in found.values()) == [binding.BOUND, binding.REFUSED_STATE]
+    names = (tenancy.quota_ledger_name(quota), binder.quota_record_name(quota))
+    assert all(_configmap(kube_apiserver, n) is not None for n in names)
+
+    assert kube_apiserver.admin.delete(f"/apis/{GV}/inferencequotas/{quota}").status_code == 200
+    (outcome,) = [o for o in b.bind_once() if o.cluster == cluster_name]
+    assert all(_configmap(kube_apiserver, n) is None for n in names)
+    assert outcome.refused == {}  # the one that waited on the quota is bound in the same pass
+    assert {s.state for s in states(kube_apiserver, teams).values()} == {binding.BOUND}
+
+
+def test_an_unreadable_quota_ledger_refuses_its_namespaces_and_keeps_its_status(
+    kube_apiserver, api, cluster_name
+):
+    quota, group = _quota(kube_apiserver, 8)
+    first = tenant_replica(kube_apiserver, cluster_name, 2, {"quota-group": group})
+    b = binder.Binder(api)
+    b.bind_once()
+    path = f"/apis/{GV}/inferencequotas/{quota}"
+    status = kube_apiserver.admin.get(path).json()["status"]
+    assert status["replicas"] == 1
+    _put_ledger_text(kube_apiserver, tenancy.quota_ledger_name(quota), "{")
+    second = tenant_replica(kube_apiserver, cluster_name, 2, {"quota-group": group})
+    b.bind_once()
+    found = states(kube_apiserver, [first, second])
+    assert found[first].state == binding.BOUND
+    assert found[second].state == binding.REFUSED_STATE
+    where = f"plnt-system/{tenancy.quota_ledger_name(quota)}"
+    assert found[second].message.startswith(
+        f"InferenceQuota {quota}: ConfigMap {where} is not JSON"
+    )
+    assert kube_apiserver.admin.get(path).json()["status"] == status
+    assert [e[:2] for e in _events(kube_apiserver, quota)] == [("Warning", "LedgerCorrupt")]
+
+    assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{tenancy.quota_ledger_name(quota)}")
+    b.bind_once()
+    assert {s.state for s in states(kube_apiserver, [first, second]).values()} == {binding.BOUND}
+    assert kube_apiserver.admin.get(path).json()["status"]["replicas"] == 2

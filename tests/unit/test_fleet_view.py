@@ -310,7 +310,7 @@ def test_per_cluster_labels_ride_with_their_cluster_not_the_part() -> None:
     assert got == {f"c{i}": {"team": "a", "crossplane.io/composite": f"c{i}"} for i in range(4)}
     assert fleet_view.shared({"team": "a", "crossplane.io/claim-name": "x"}) == {"team": "a"}
     head = '{"labels":{},"classes":["x"],"clusters":'
-    for bad in ('[["c9",1,"g",1,[],"x"]]}', '[["c9",1,"g",1,[],{},{},{}]]}'):
+    for bad in ('[["c9",1,"g",1,[],"x",{}]]}', '[["c9",1,"g",1,[],{},{},{}]]}'):
         with pytest.raises(ValueError, match="own labels"):
             fleet_view.decode(head + bad)
 
