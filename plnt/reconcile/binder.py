@@ -312,7 +312,7 @@ class Binder:
                 )
         except ApiException as err:
             # Conflict (stale resourceVersion), AlreadyExists, or deleted since it was read
-            if err.status in (404, 409):
+            if err.status == 409 or (err.status == 404 and resource_version is not None):
                 return False
             raise
         return True
