@@ -40,7 +40,8 @@ import pydantic
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, contracts, fleet_view, ledger_parse, names, tenancy
+from plnt import binding, contracts, fleet_view, ledger_read, names, tenancy
+from plnt.ledger_read import Unreadable
 from plnt.reconcile import ledger as ledgers
 from plnt.reconcile.kube import api_map
 from plnt.reconcile.ledger import LedgerT
@@ -63,7 +64,10 @@ def _meta(obj: client.V1ConfigMap | client.V1Namespace) -> client.V1ObjectMeta:
 
 
 ledger_name = binding.ledger_name
-RECORD_LABEL = "plnt.work/ledger-record"  # "cluster" or "quota": the binder's own copies
+# The binder's own copies of its ledgers (plnt.reconcile.ledger, "a ledger kept twice"): labels
+# of their own, so nothing that selects the published ledgers by label ever reads a record.
+RECORD_LABEL = "plnt.work/ledger-record"
+QUOTA_RECORD_LABEL = "plnt.work/quota-ledger-record"
 
 
 def record_name(cluster: str) -> str:
@@ -74,26 +78,77 @@ def quota_record_name(quota: str) -> str:
     return names.dns_subdomain("plnt-quota-record", quota)
 
 
+def _cluster_record(
+    cm: Mapping[str, Any], cluster: str, namespace: str
+) -> ledgers.Ledger | Unreadable:
+    """A cluster's record, read as its published ledger is (`binding.parse_ledger`)."""
+    where = f"{namespace}/{record_name(cluster)}"
+    parsed = ledger_read.parse(
+        ledgers.Ledger, cm, where=where, namespace=namespace, label=RECORD_LABEL,
+        data_key=ledgers.DATA_KEY,
+    )  # fmt: skip
+    if isinstance(parsed, Unreadable):
+        return parsed
+    if parsed.cluster != cluster:
+        return Unreadable(where, f"holds the ledger of cluster {parsed.cluster}, not {cluster}")
+    wrong = binding.sequence_problem(parsed)
+    return Unreadable(where, wrong) if wrong else parsed
+
+
+def _quota_record(
+    cm: Mapping[str, Any], quota: str, namespace: str
+) -> tenancy.QuotaLedger | Unreadable:
+    """A quota's record, read as its published quota ledger is (`tenancy.parse_quota_ledger`)."""
+    where = f"{namespace}/{quota_record_name(quota)}"
+    parsed = ledger_read.parse(
+        tenancy.QuotaLedger, cm, where=where, namespace=namespace, label=QUOTA_RECORD_LABEL,
+        data_key=tenancy.QUOTA_DATA_KEY,
+    )  # fmt: skip
+    if isinstance(parsed, Unreadable):
+        return parsed
+    if parsed.quota != quota:
+        return Unreadable(where, f"holds the ledger of InferenceQuota {parsed.quota}, not {quota}")
+    if parsed.sequence < 0:
+        return Unreadable(
+            where, f"has sequence {parsed.sequence}: the binder counts its writes up from 0"
+        )
+    return parsed
+
+
+def _quota_published(
+    cm: Mapping[str, Any], quota: str, namespace: str
+) -> tenancy.QuotaLedger | Unreadable:
+    parsed = tenancy.parse_quota_ledger(cm, namespace)
+    if not isinstance(parsed, Unreadable) and parsed.quota != quota:
+        where = f"{namespace}/{tenancy.quota_ledger_name(quota)}"
+        return Unreadable(where, f"holds the ledger of InferenceQuota {parsed.quota}, not {quota}")
+    return parsed
+
+
 @dataclasses.dataclass(frozen=True)
 class _Kind(Generic[LedgerT]):
-    """Cluster ledgers or quota ledgers: where their two copies live and how they read."""
+    """Cluster ledgers or quota ledgers: where their two copies live and how each reads (the
+    published copy exactly as the functions read it)."""
 
     label: str  # the published copy's label (what the functions select)
-    record: str  # the record's RECORD_LABEL value
+    record_label: str
     data_key: str
     name_of: Callable[[str], str]
     record_of: Callable[[str], str]
     fresh: Callable[[str], LedgerT]
-    parse: Callable[[str | None, str, str], LedgerT]  # (text, key, where)
+    # (ConfigMap as a dict, key, namespace) -> the ledger or why not
+    read_published: Callable[[Mapping[str, Any], str, str], LedgerT | Unreadable]
+    read_record: Callable[[Mapping[str, Any], str, str], LedgerT | Unreadable]
 
 
 CLUSTER_LEDGERS: _Kind[ledgers.Ledger] = _Kind(
-    LEDGER_LABEL, "cluster", ledgers.DATA_KEY, ledger_name, record_name,
-    lambda k: ledgers.Ledger(cluster=k), ledger_parse.parse_cluster_ledger,
+    LEDGER_LABEL, RECORD_LABEL, ledgers.DATA_KEY, ledger_name, record_name,
+    lambda k: ledgers.Ledger(cluster=k), binding.parse_ledger, _cluster_record,
 )  # fmt: skip
 QUOTA_LEDGERS: _Kind[tenancy.QuotaLedger] = _Kind(
-    tenancy.QUOTA_LEDGER_LABEL, "quota", tenancy.QUOTA_DATA_KEY, tenancy.quota_ledger_name,
-    quota_record_name, lambda k: tenancy.QuotaLedger(quota=k), ledger_parse.parse_quota_ledger,
+    tenancy.QUOTA_LEDGER_LABEL, QUOTA_RECORD_LABEL, tenancy.QUOTA_DATA_KEY,
+    tenancy.quota_ledger_name, quota_record_name, lambda k: tenancy.QuotaLedger(quota=k),
+    _quota_published, _quota_record,
 )  # fmt: skip
 
 
@@ -164,8 +219,8 @@ class Binder:
     def _hold_all(
         self, kind: _Kind[LedgerT], keys: set[str], counted: Callable[[str], int]
     ) -> dict[str, ledgers.Held[LedgerT]]:
-        published = self._copies(f"{kind.label}=true", kind.data_key)
-        records = self._copies(f"{RECORD_LABEL}={kind.record}", kind.data_key)
+        published = self._listed(f"{kind.label}=true")
+        records = self._listed(f"{kind.record_label}=true")
         return {
             k: self._hold(kind, k, published.get(kind.name_of(k)), records.get(kind.record_of(k)),
                           counted)
@@ -175,44 +230,46 @@ class Binder:
     def _hold_one(
         self, kind: _Kind[LedgerT], key: str, counted: Callable[[str], int]
     ) -> ledgers.Held[LedgerT]:
-        published = self._copy(kind.name_of(key), kind.data_key)  # first: see `ledgers.hold`
-        record = self._copy(kind.record_of(key), kind.data_key)
+        published = self._read_config_map(kind.name_of(key))  # first: see `ledgers.hold`
+        record = self._read_config_map(kind.record_of(key))
         return self._hold(kind, key, published, record, counted)
 
     def _hold(
         self,
         kind: _Kind[LedgerT],
         key: str,
-        published: ledgers.Copy | None,
-        record: ledgers.Copy | None,
+        published: client.V1ConfigMap | None,
+        record: client.V1ConfigMap | None,
         counted: Callable[[str], int],
     ) -> ledgers.Held[LedgerT]:
-        names = (self._where(kind.name_of(key)), self._where(kind.record_of(key)))
+        def copy(
+            cm: client.V1ConfigMap | None,
+            read: Callable[[Mapping[str, Any], str, str], LedgerT | Unreadable],
+        ) -> ledgers.Copy[LedgerT] | None:
+            if cm is None:
+                return None
+            meta = _meta(cm)
+            as_dict = {
+                "metadata": {"name": meta.name, "namespace": meta.namespace,
+                             "labels": dict(meta.labels or {})},
+                "data": dict(cm.data or {}),
+            }  # fmt: skip
+            return ledgers.Copy(meta.resource_version or "", read(as_dict, key, self.namespace))
+
         return ledgers.hold(
             kind.fresh(key),
-            published,
-            record,
-            lambda text, where: kind.parse(text, key, where),
-            names=names,
+            copy(published, kind.read_published),
+            copy(record, kind.read_record),
+            names=(self._where(kind.name_of(key)), self._where(kind.record_of(key))),
             counted=lambda: counted(key),
         )
 
     def _where(self, name: str) -> str:
         return f"{self.namespace}/{name}"
 
-    def _as_copy(self, cm: client.V1ConfigMap, data_key: str) -> ledgers.Copy:
-        meta = _meta(cm)
-        return ledgers.Copy(
-            self._where(meta.name or ""), (cm.data or {}).get(data_key), meta.resource_version or ""
-        )
-
-    def _copies(self, selector: str, data_key: str) -> dict[str, ledgers.Copy]:
+    def _listed(self, selector: str) -> dict[str, client.V1ConfigMap]:
         listed = self.core.list_namespaced_config_map(self.namespace, label_selector=selector)
-        return {_meta(cm).name or "": self._as_copy(cm, data_key) for cm in listed.items}
-
-    def _copy(self, name: str, data_key: str) -> ledgers.Copy | None:
-        cm = self._read_config_map(name)
-        return None if cm is None else self._as_copy(cm, data_key)
+        return {_meta(cm).name or "": cm for cm in listed.items}
 
     def _counted_view(self) -> dict[str, int]:
         """The ledger sequence the fleet view last counted per cluster: what tells a ledger whose
@@ -249,7 +306,7 @@ class Binder:
         when another writer got to either first: re-read and decide again."""
         text = state.model_dump_json()
         if changed or held.write_record:
-            labels = {RECORD_LABEL: kind.record}
+            labels = {kind.record_label: "true"}
             if not self._swap_config_map(
                 kind.record_of(key), labels, {kind.data_key: text}, held.record
             ):
@@ -598,7 +655,7 @@ class Binder:
         each ConfigMap is deleted only at the version seen: a quota created meanwhile keeps its
         ledger."""
         found: dict[str, str] = {}
-        for selector in (f"{tenancy.QUOTA_LEDGER_LABEL}=true", f"{RECORD_LABEL}=quota"):
+        for selector in (f"{tenancy.QUOTA_LEDGER_LABEL}=true", f"{QUOTA_RECORD_LABEL}=true"):
             listed_cms = self.core.list_namespaced_config_map(
                 self.namespace, label_selector=selector
             )
@@ -642,7 +699,8 @@ class Binder:
         self, kind: str, obj: Mapping[str, Any], closed: ledgers.Closed | None, rebuilt: str
     ) -> None:
         """An Event on the InferenceCluster (or InferenceQuota) when its ledger turns unreadable
-        (Warning, reason from plnt.ledger_parse, naming the ConfigMap and the fault), when it
+        (Warning, LedgerUnreadable, LedgerDiverged or LedgerLost, naming the ConfigMap and the
+        fault), when it
         reads again (Normal LedgerRepaired) and when a lost copy is rebuilt (Normal
         LedgerRebuilt). Once per change: a process remembers what it said."""
         name = obj["metadata"]["name"]

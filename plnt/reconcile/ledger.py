@@ -22,7 +22,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from plnt import binding, capacity, fleet, fleet_view, ledger_parse, tenancy
+from plnt import binding, capacity, fleet, fleet_view, tenancy
+from plnt.ledger_read import Unreadable
 
 DATA_KEY = binding.LEDGER_DATA_KEY
 
@@ -362,14 +363,19 @@ class _Sequenced(Protocol):
 LedgerT = TypeVar("LedgerT", bound=_Sequenced)
 
 
-@dataclasses.dataclass(frozen=True)
-class Copy:
-    """One of a ledger's ConfigMaps as read: where ("<namespace>/<name>"), its data under the
-    ledger's key (None: no such key) and its resourceVersion."""
+# Why a cluster (or quota) is closed: the Event's reason.
+LEDGER_UNREADABLE = binding.LEDGER_UNREADABLE  # a copy does not read (plnt.ledger_read says why)
+LEDGER_DIVERGED = "LedgerDiverged"  # the copies contradict each other
+LEDGER_LOST = "LedgerLost"  # both copies gone after the binder counted a commit
 
-    where: str
-    text: str | None
+
+@dataclasses.dataclass(frozen=True)
+class Copy(Generic[LedgerT]):
+    """One of a ledger's ConfigMaps as read: its resourceVersion, and the ledger it holds or
+    why it cannot be read (plnt.ledger_read, the reading every reader shares)."""
+
     version: str
+    read: LedgerT | Unreadable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -377,7 +383,7 @@ class Closed:
     """Why nothing binds on a cluster (or in a quota's namespaces), and the last ledger sequence
     the binder counted there."""
 
-    reason: str  # a plnt.ledger_parse reason
+    reason: str  # LEDGER_UNREADABLE, LEDGER_DIVERGED or LEDGER_LOST
     message: str
     sequence: int = 0
     # The replicas the copies that still read hold (None: no copy reads). A proposal outside it
@@ -401,29 +407,24 @@ class Held(Generic[LedgerT]):
 
 def hold(
     fresh: LedgerT,
-    published: Copy | None,
-    record: Copy | None,
-    parse: Callable[[str | None, str], LedgerT],
+    published: Copy[LedgerT] | None,
+    record: Copy[LedgerT] | None,
     *,
     names: tuple[str, str],
     counted: Callable[[], int] = lambda: 0,
 ) -> Held[LedgerT]:
     """How the binder may use a ledger from its two copies (`published`, then `record`, read in
-    that order, so the record is never older than the published copy). `fresh`: the empty
-    ledger; `parse(text, where)` reads one copy or raises plnt.ledger_parse's error; `names`: the
-    (published, record) ConfigMaps; `counted`: the highest sequence the binder is known to have
-    written (its fleet view, a quota's status), which tells a lost ledger from a new one."""
-    errors: list[ledger_parse.UnreadableLedgerError] = []
-    parsed: list[LedgerT | None] = []
-    for copy_ in (published, record):
-        if copy_ is None:
-            parsed.append(None)
-            continue
-        try:
-            parsed.append(parse(copy_.text, copy_.where))
-        except ledger_parse.UnreadableLedgerError as err:
-            errors.append(err)
-            parsed.append(None)
+    that order, so the record is never older than the published copy; None: not there).
+    `fresh`: the empty ledger; `names`: the (published, record) ConfigMaps ("<namespace>/<name>");
+    `counted()`: the highest sequence the binder is known to have written (its fleet view, a
+    quota's status), which tells a lost ledger from a new one and is what a closed ledger keeps
+    counting (asked only then)."""
+    errors = [
+        c.read for c in (published, record) if c is not None and isinstance(c.read, Unreadable)
+    ]
+    parsed: list[LedgerT | None] = [
+        None if c is None or isinstance(c.read, Unreadable) else c.read for c in (published, record)
+    ]
     pub, rec = parsed
     pub_version = published.version if published is not None else None
     rec_version = record.version if record is not None else None
@@ -436,12 +437,12 @@ def hold(
         return Held(None, rec_version, pub_version, closed=Closed(reason, text, last, known))
 
     if errors:
-        return closed(errors[0].reason, "; ".join(e.message for e in errors))
+        return closed(LEDGER_UNREADABLE, "; ".join(str(e) for e in errors))
     if pub is None and rec is None:
         before = counted()
         if before > 0:
             return closed(
-                ledger_parse.LEDGER_MISSING,
+                LEDGER_LOST,
                 f"ConfigMaps {names[0]} and {names[1]} are both gone, after the binder "
                 f"committed sequence {before}: restore either from a backup",
             )
@@ -454,13 +455,13 @@ def hold(
         return Held(rec, rec_version, None, publish=True, rebuilt=f"{names[0]} from {names[1]}")
     if pub.sequence > rec.sequence:
         return closed(
-            ledger_parse.LEDGER_WRONG_SEQUENCE,
+            LEDGER_DIVERGED,
             f"ConfigMap {names[0]} is at sequence {pub.sequence}, ahead of the binder's record "
             f"{names[1]} at {rec.sequence}",
         )
     if pub.sequence == rec.sequence and pub != rec:
         return closed(
-            ledger_parse.LEDGER_WRONG_SEQUENCE,
+            LEDGER_DIVERGED,
             f"ConfigMap {names[0]} differs from the binder's record {names[1]} at the same "
             f"sequence {rec.sequence}",
         )

@@ -421,10 +421,10 @@ def _configmap(kube_apiserver, name: str) -> dict | None:
     return r.json() if r.status_code == 200 else None
 
 
-def _put_ledger_text(kube_apiserver, name: str, text: str) -> None:
+def _put_ledger_text(kube_apiserver, name: str, text: str, key: str = ledger.DATA_KEY) -> None:
     cm = _configmap(kube_apiserver, name)
-    assert cm is not None
-    cm["data"][ledger.DATA_KEY] = text
+    assert cm is not None and key in cm["data"]
+    cm["data"][key] = text
     r = kube_apiserver.admin.put(f"{CONFIGMAPS}/{name}", json=cm)
     assert r.status_code == 200, r.text
 
@@ -458,13 +458,13 @@ def _ahead(text: str) -> str:
 @pytest.mark.parametrize(
     ("damage", "reason", "fault"),
     [
-        (lambda t: t[: len(t) // 2], "LedgerCorrupt", "is not JSON (Unterminated string"),
+        (lambda t: t[: len(t) // 2], "LedgerUnreadable", "has a ledger.json that is not JSON ("),
         (
             lambda t: '{"cluster": 5}',
-            "LedgerMalformed",
-            "is not a ledger: cluster: Input should be",
+            "LedgerUnreadable",
+            "has a ledger.json that is not a Ledger: cluster: Input should be a valid string",
         ),
-        (_ahead, "LedgerWrongSequence", "is at sequence 2, ahead of the binder's record"),
+        (_ahead, "LedgerDiverged", "is at sequence 2, ahead of the binder's record"),
     ],
     ids=["bad JSON", "wrong shape", "wrong sequence"],
 )
@@ -499,7 +499,8 @@ def test_an_unreadable_ledger_closes_its_cluster_until_it_is_repaired(
     (warning,) = [e for e in _events(kube_apiserver, cluster_name) if e[0] == "Warning"]
     assert warning == ("Warning", reason, outcome.closed.message)
     view = _cluster_view(kube_apiserver, cluster_name)
-    assert (view.cluster.closed, view.ledger, dict(view.used)) == (outcome.closed.message, 1, {})
+    assert (view.cluster.closed, dict(view.used)) == (outcome.closed.message, {})
+    assert view.ledger == outcome.closed.sequence == (2 if reason == "LedgerDiverged" else 1)
     after = _configmap(kube_apiserver, binder.record_name(cluster_name))
     assert after["metadata"]["resourceVersion"] == record["metadata"]["resourceVersion"]
     b.bind_once()  # a second pass says nothing new
@@ -560,7 +561,7 @@ def test_both_copies_gone_close_the_cluster_until_one_is_restored(
         assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{name}").status_code == 200
     waiting = make_replica(kube_apiserver, cluster_name, 3)
     outcome = _outcome(b, cluster_name)
-    assert outcome.closed is not None and outcome.closed.reason == "LedgerMissing"
+    assert outcome.closed is not None and outcome.closed.reason == "LedgerLost"
     assert outcome.closed.message.startswith(
         f"ConfigMaps plnt-system/{binder.ledger_name(cluster_name)} and "
         f"plnt-system/{binder.record_name(cluster_name)} are both gone, after the binder "
@@ -629,7 +630,7 @@ def test_an_unreadable_quota_ledger_refuses_its_namespaces_and_keeps_its_status(
     path = f"/apis/{GV}/inferencequotas/{quota}"
     status = kube_apiserver.admin.get(path).json()["status"]
     assert status["replicas"] == 1
-    _put_ledger_text(kube_apiserver, tenancy.quota_ledger_name(quota), "{")
+    _put_ledger_text(kube_apiserver, tenancy.quota_ledger_name(quota), "{", tenancy.QUOTA_DATA_KEY)
     second = tenant_replica(kube_apiserver, cluster_name, 2, {"quota-group": group})
     b.bind_once()
     found = states(kube_apiserver, [first, second])
@@ -637,10 +638,10 @@ def test_an_unreadable_quota_ledger_refuses_its_namespaces_and_keeps_its_status(
     assert found[second].state == binding.REFUSED_STATE
     where = f"plnt-system/{tenancy.quota_ledger_name(quota)}"
     assert found[second].message.startswith(
-        f"InferenceQuota {quota}: ConfigMap {where} is not JSON"
+        f"InferenceQuota {quota}: ConfigMap {where} has a quota.json that is not JSON"
     )
     assert kube_apiserver.admin.get(path).json()["status"] == status
-    assert [e[:2] for e in _events(kube_apiserver, quota)] == [("Warning", "LedgerCorrupt")]
+    assert [e[:2] for e in _events(kube_apiserver, quota)] == [("Warning", "LedgerUnreadable")]
 
     assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{tenancy.quota_ledger_name(quota)}")
     b.bind_once()

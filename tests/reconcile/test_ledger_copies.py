@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from functions.model_deployment import scheduler
-from plnt import binding, capacity, fleet_view, ledger_parse
-from plnt.reconcile import ledger
+from plnt import binding, capacity, fleet_view
+from plnt.reconcile import binder, ledger
 from tests.reconcile.test_ledger import apply, replica
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 
@@ -20,16 +20,20 @@ def state(sequence: int, *keys: str) -> binding.Ledger:
 
 
 def copy(where: str, body: binding.Ledger | str, version: str = "7") -> ledger.Copy:
+    """A copy as the binder reads it: the published one as the functions do."""
     text = body if isinstance(body, str) else body.model_dump_json()
-    return ledger.Copy(where, text, version)
+    name = where.split("/", 1)[1]
+    published = where == NAMES[0]
+    label = binding.LEDGER_LABEL if published else binder.RECORD_LABEL
+    cm = {"metadata": {"name": name, "namespace": "plnt-system", "labels": {label: "true"}},
+          "data": {ledger.DATA_KEY: text}}  # fmt: skip
+    read = binding.parse_ledger if published else binder.CLUSTER_LEDGERS.read_record
+    return ledger.Copy(version, read(cm, "a", "plnt-system"))
 
 
 def hold(published: ledger.Copy | None, record: ledger.Copy | None, counted: int = 0):
-    def parse(text: str | None, where: str) -> binding.Ledger:
-        return ledger_parse.parse_cluster_ledger(text, "a", where)
-
     return ledger.hold(
-        binding.Ledger(cluster="a"), published, record, parse, names=NAMES, counted=lambda: counted
+        binding.Ledger(cluster="a"), published, record, names=NAMES, counted=lambda: counted
     )
 
 
@@ -67,7 +71,7 @@ def test_a_new_cluster_starts_empty_and_a_lost_one_is_closed() -> None:
     lost = hold(None, None, counted=4)
     assert lost.state is None and lost.closed is not None
     assert (lost.closed.reason, lost.closed.sequence, lost.closed.known) == (
-        ledger_parse.LEDGER_MISSING,
+        ledger.LEDGER_LOST,
         4,
         None,
     )
@@ -80,12 +84,11 @@ def test_a_new_cluster_starts_empty_and_a_lost_one_is_closed() -> None:
 @pytest.mark.parametrize(
     ("published", "record", "reason", "known"),
     [
-        ("{oops", state(2, "ns/r0"), ledger_parse.LEDGER_CORRUPT, {"ns/r0"}),
-        (state(2, "ns/r0"), '{"cluster": "a", "x": 1}', ledger_parse.LEDGER_MALFORMED, {"ns/r0"}),
-        ("{oops", "[]", ledger_parse.LEDGER_CORRUPT, None),
-        (state(3, "ns/r0"), state(2, "ns/r1"), ledger_parse.LEDGER_WRONG_SEQUENCE,
-         {"ns/r0", "ns/r1"}),
-        (state(2), state(2, "ns/r0"), ledger_parse.LEDGER_WRONG_SEQUENCE, {"ns/r0"}),
+        ("{oops", state(2, "ns/r0"), ledger.LEDGER_UNREADABLE, {"ns/r0"}),
+        (state(2, "ns/r0"), '{"cluster": "a", "x": 1}', ledger.LEDGER_UNREADABLE, {"ns/r0"}),
+        ("{oops", "[]", ledger.LEDGER_UNREADABLE, None),
+        (state(3, "ns/r0"), state(2, "ns/r1"), ledger.LEDGER_DIVERGED, {"ns/r0", "ns/r1"}),
+        (state(2), state(2, "ns/r0"), ledger.LEDGER_DIVERGED, {"ns/r0"}),
     ],
     ids=["published corrupt", "record malformed", "both unreadable", "published ahead",
          "same sequence, other content"],
@@ -104,6 +107,20 @@ def test_what_does_not_read_closes_the_cluster_and_says_what_it_still_knows(
     assert (held.published, held.record) == ("5", "6")
 
 
+def test_the_fault_named_is_the_one_the_function_names_too() -> None:
+    held = hold(copy(NAMES[0], "{oops", "5"), copy(NAMES[1], state(2), "6"))
+    assert held.closed is not None
+    assert held.closed.message == (
+        f"ConfigMap {NAMES[0]} has a ledger.json that is not JSON (key must be a string at line "
+        "1 column 2): nothing binds until it is repaired (docs/reconciler.md)"
+    )
+    record_ahead = hold(copy(NAMES[0], state(1), "5"), copy(NAMES[1], '{"cluster": "b"}', "6"))
+    assert record_ahead.closed is not None
+    assert record_ahead.closed.message.startswith(
+        f"ConfigMap {NAMES[1]} holds the ledger of cluster b, not a"
+    )
+
+
 def test_a_closed_cluster_refuses_only_proposals_no_copy_can_hold() -> None:
     objs = [replica("r0"), replica("r1"), replica("r2")]
     bound = apply(
@@ -111,7 +128,9 @@ def test_a_closed_cluster_refuses_only_proposals_no_copy_can_hold() -> None:
         {binding.BINDING: binding.binding_json(binding.state_of(objs[2]).digest, "a", {})},
     )
     views = [ledger.Replica.of(o) for o in (objs[0], objs[1], bound)]
-    closed = ledger.Closed("LedgerCorrupt", "ConfigMap x is not JSON", 3, frozenset({"ns/r0"}))
+    closed = ledger.Closed(
+        ledger.LEDGER_UNREADABLE, "ConfigMap x is not JSON", 3, frozenset({"ns/r0"})
+    )
     refused, annotate = ledger.refuse_closed("a", closed, views)
     assert refused == dict.fromkeys(
         ("ns/r0", "ns/r1", "ns/r2"), "cluster a: ConfigMap x is not JSON"
@@ -119,14 +138,14 @@ def test_a_closed_cluster_refuses_only_proposals_no_copy_can_hold() -> None:
     assert list(annotate) == ["ns/r1"]  # not r0 (a copy holds it), not r2 (claims a binding)
     refusal = binding.state_of(apply(objs[1], annotate["ns/r1"]))
     assert (refusal.state, refusal.message) == (binding.REFUSED_STATE, refused["ns/r1"])
-    unknown = ledger.Closed("LedgerMissing", "both gone", 3, None)
+    unknown = ledger.Closed(ledger.LEDGER_LOST, "both gone", 3, None)
     assert ledger.refuse_closed("a", unknown, views)[1] == {}  # a lost copy may hold any
 
 
 def test_a_closed_quota_refuses_new_commits_in_the_namespaces_it_covers() -> None:
     quota = {"metadata": {"name": "q"}, "spec": {"namespaceSelector": {"matchLabels": {"t": "x"}}}}
     views = [ledger.Replica.of(replica("r0"))]
-    closed = {"q": ledger.Closed("LedgerCorrupt", "ConfigMap q is not JSON")}
+    closed = {"q": ledger.Closed(ledger.LEDGER_UNREADABLE, "ConfigMap q is not JSON")}
     assert ledger.closed_quota_refusals({"q": quota}, closed, views, {"ns": {"t": "x"}}) == {
         "ns/r0": "InferenceQuota q: ConfigMap q is not JSON"
     }
@@ -149,7 +168,7 @@ def test_the_fleet_view_offers_nothing_on_a_closed_cluster_and_says_why() -> Non
     committed = {"b": state(1)}
     why = "ConfigMap plnt-system/plnt-ledger-a is not JSON (...): nothing binds"
     views = ledger.views(
-        clusters, classes, committed, {"a": ledger.Closed("LedgerCorrupt", why, 5)}
+        clusters, classes, committed, {"a": ledger.Closed(ledger.LEDGER_UNREADABLE, why, 5)}
     )
     (part,) = fleet_view.parts(views)
     read = {v.cluster.name: v for v in fleet_view.decode(part.text)}

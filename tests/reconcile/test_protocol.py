@@ -36,9 +36,10 @@ import pytest
 
 from functions.model_deployment import replicas as rep
 from functions.model_deployment import scheduler
-from plnt import binding, capacity, ledger_parse, tenancy
+from plnt import binding, capacity, tenancy
 from plnt.fleet import cluster_of
-from plnt.reconcile import ledger
+from plnt.ledger_read import Unreadable
+from plnt.reconcile import binder, ledger
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 
 CLASSES = [klass("h100")]  # 8 GPUs per node
@@ -207,28 +208,45 @@ def propose(case: Case, index: int, snapshot: list[dict]) -> list[tuple[str, Any
     return calls
 
 
-def held_of(name: str, published: list | None, record: list | None, view: dict) -> ledger.Held:
-    """A ledger from its two copies as the binder reads them (`ledger.hold`, the real code)."""
-
-    def copy_of(c: list | None, where: str) -> ledger.Copy | None:
-        return None if c is None else ledger.Copy(where, c[1], str(c[0]))
-
-    fresh: Any
+def configmap(name: str, where: str, body: str) -> dict:
+    """Ledger `name`'s published copy (`where` "ledgers") or record ("records") as a ConfigMap."""
+    published = where == "ledgers"
     if name.startswith("quota:"):
         quota = name.split(":", 1)[1]
-        fresh = tenancy.QuotaLedger(quota=quota)
-
-        def parse(text: str | None, where: str) -> Any:
-            return ledger_parse.parse_quota_ledger(text, quota, where)
+        cm_name = tenancy.quota_ledger_name(quota) if published else binder.quota_record_name(quota)
+        label = tenancy.QUOTA_LEDGER_LABEL if published else binder.QUOTA_RECORD_LABEL
+        key = tenancy.QUOTA_DATA_KEY
     else:
-        fresh = ledger.Ledger(cluster=name)
+        cm_name = binding.ledger_name(name) if published else binder.record_name(name)
+        label = binding.LEDGER_LABEL if published else binder.RECORD_LABEL
+        key = binding.LEDGER_DATA_KEY
+    return {
+        "metadata": {
+            "name": cm_name,
+            "namespace": binding.LEDGER_NAMESPACE,
+            "labels": {label: "true"},
+        },
+        "data": {key: body},
+    }
 
-        def parse(text: str | None, where: str) -> Any:
-            return ledger_parse.parse_cluster_ledger(text, name, where)
+
+def held_of(name: str, published: list | None, record: list | None, view: dict) -> ledger.Held:
+    """A ledger from its two copies as the binder reads them (`ledger.hold`, the real code)."""
+    quota = name.split(":", 1)[1] if name.startswith("quota:") else None
+    kind: Any = binder.QUOTA_LEDGERS if quota is not None else binder.CLUSTER_LEDGERS
+    key = quota if quota is not None else name
+
+    def copy_of(c: list | None, where: str) -> ledger.Copy | None:
+        if c is None:
+            return None
+        read = kind.read_published if where == "ledgers" else kind.read_record
+        return ledger.Copy(
+            str(c[0]), read(configmap(name, where, c[1]), key, binding.LEDGER_NAMESPACE)
+        )
 
     names = (f"published/{name}", f"record/{name}")
     return ledger.hold(
-        fresh, copy_of(published, names[0]), copy_of(record, names[1]), parse, names=names,
+        kind.fresh(key), copy_of(published, "ledgers"), copy_of(record, "records"), names=names,
         counted=lambda: view.get(name, 0),
     )  # fmt: skip
 
@@ -427,32 +445,27 @@ def ledger_names(case: Case) -> list[str]:
 
 def render(api: dict, before: dict) -> tuple[dict, list[str]]:
     """What the ModelReplica function renders on the published ledgers the API server holds
-    (by key: [uid, slots]), given what it rendered `before`: a replica is rendered when
-    `binding.verify` binds it; while a ledger it needs does not read (missing, corrupt), whether
-    it is bound is unknown and it keeps what it rendered (issue 39's "unknown is not unbound";
-    a quota ledger that is missing reads as no quota). And the problems: a replica that was
-    rendered and is still there, same uid, no longer rendered."""
-    quota = api["ledgers"].get(f"quota:{QUOTA}")
-    quota_ledgers: list | None = []
-    if quota is not None:
-        try:
-            quota_ledgers = [ledger_parse.parse_quota_ledger(quota[1], QUOTA, "q")]
-        except ledger_parse.UnreadableLedgerError:
-            quota_ledgers = None
+    (by key: [uid, slots]), given what it rendered `before`, as functions/model_replica decides
+    it (`binding.verify` on `binding.read_ledger` and `tenancy.quota_ledgers_of`): Bound renders;
+    Unknown (a ledger it needs does not read) keeps what it rendered. And the problems: a replica
+    that was rendered and is still there, same uid, no longer rendered."""
+    held = api["ledgers"].get(f"quota:{QUOTA}")
+    quota_cms = [configmap(f"quota:{QUOTA}", "ledgers", held[1])] if held is not None else []
+    quotas_read, unreadable = tenancy.quota_ledgers_of(quota_cms, binding.LEDGER_NAMESPACE)
     out: dict[str, list] = {}
     for key, obj in api["replicas"].items():
         uid = obj["metadata"]["uid"]
         was = before.get(key) if (before.get(key) or [None])[0] == uid else None
-        try:
-            cluster_ledger = published_ledger(api, obj["spec"]["clusterName"])
-        except ledger_parse.UnreadableLedgerError:
-            cluster_ledger = None
-        if cluster_ledger is None or quota_ledgers is None:
-            if was is not None:
-                out[key] = was
-            continue
-        s = binding.verify(obj, cluster_ledger, quota_ledgers)
-        if s.state == binding.BOUND:
+        s = binding.verify(
+            obj,
+            published_ledger(api, obj["spec"]["clusterName"]),
+            quotas_read,
+            unreadable,
+            rendered=was is not None,
+        )
+        if s.state == binding.UNKNOWN and was is not None:
+            out[key] = was
+        elif s.state == binding.BOUND:
             out[key] = [uid, capacity.slots_json(s.slots or {})]
     problems = [
         f"{key} un-rendered while it is bound"
@@ -462,12 +475,10 @@ def render(api: dict, before: dict) -> tuple[dict, list[str]]:
     return out, problems
 
 
-def published_ledger(api: dict, cluster: str) -> ledger.Ledger:
-    """The cluster's published ledger as the function reads it; raises when it does not."""
+def published_ledger(api: dict, cluster: str) -> ledger.Ledger | Unreadable:
+    """The cluster's published ledger as the function reads it, or why it does not read."""
     held = api["ledgers"].get(cluster)
-    if held is None:
-        raise ledger_parse.UnreadableLedgerError(cluster, ledger_parse.LEDGER_MISSING, "missing")
-    return ledger_parse.parse_cluster_ledger(held[1], cluster, cluster)
+    return binding.read_ledger([configmap(cluster, "ledgers", held[1])] if held else [], cluster)
 
 
 def rendered_states(state: dict) -> dict[str, binding.State]:
@@ -661,7 +672,7 @@ def trusting_every_proposal() -> Iterator[None]:
     there are any)."""
     real = binding.verify
 
-    def trusting(obj: dict, *_: Any) -> binding.State:
+    def trusting(obj: dict, *_: Any, **__: Any) -> binding.State:
         s = binding.state_of(obj)
         pool = capacity.Pool(8, capacity.Shape((("device:gpu", 8),)))
         slots = {k: tuple(pool.pack(v) or ()) for k, v in s.demand.items()}
@@ -683,8 +694,8 @@ def ignoring_quota_ledgers() -> Iterator[None]:
     """A renderer that checks the cluster's ledger only (not the quota ledgers)."""
     real = binding.verify
 
-    def cluster_only(obj: dict, held: Any, *_: Any) -> binding.State:
-        return real(obj, held)
+    def cluster_only(obj: dict, held: Any, *_: Any, **kwargs: Any) -> binding.State:
+        return real(obj, held, **kwargs)
 
     binding.verify = cluster_only
     try:
@@ -744,10 +755,8 @@ def test_a_renderer_that_takes_unknown_for_unbound_is_caught() -> None:
     real = module["published_ledger"]
 
     def empty_when_unreadable(api: dict, cluster: str) -> ledger.Ledger:
-        try:
-            return real(api, cluster)
-        except ledger_parse.UnreadableLedgerError:
-            return ledger.Ledger(cluster=cluster)
+        read = real(api, cluster)
+        return ledger.Ledger(cluster=cluster) if isinstance(read, Unreadable) else read
 
     module["published_ledger"] = empty_when_unreadable
     try:
