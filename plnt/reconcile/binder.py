@@ -40,8 +40,8 @@ import pydantic
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, contracts, fleet_view, ledger_read, names, tenancy
-from plnt.ledger_read import Unreadable
+from plnt import binding, contracts, fleet_view, ledger_parse, names, tenancy
+from plnt.ledger_parse import UnreadableLedgerError
 from plnt.reconcile import ledger as ledgers
 from plnt.reconcile.kube import api_map
 from plnt.reconcile.ledger import LedgerT
@@ -78,57 +78,27 @@ def quota_record_name(quota: str) -> str:
     return names.dns_subdomain("plnt-quota-record", quota)
 
 
-def _cluster_record(
-    cm: Mapping[str, Any], cluster: str, namespace: str
-) -> ledgers.Ledger | Unreadable:
-    """A cluster's record, read as its published ledger is (`binding.parse_ledger`)."""
-    where = f"{namespace}/{record_name(cluster)}"
-    parsed = ledger_read.parse(
-        ledgers.Ledger, cm, where=where, namespace=namespace, label=RECORD_LABEL,
-        data_key=ledgers.DATA_KEY,
-    )  # fmt: skip
-    if isinstance(parsed, Unreadable):
-        return parsed
-    if parsed.cluster != cluster:
-        return Unreadable(where, f"holds the ledger of cluster {parsed.cluster}, not {cluster}")
-    wrong = binding.sequence_problem(parsed)
-    return Unreadable(where, wrong) if wrong else parsed
+def _read(
+    parse: Callable[[str | None, str, str], LedgerT],
+) -> Callable[[Mapping[str, Any], str, str], LedgerT | UnreadableLedgerError]:
+    """A copy's reading by plnt.ledger_parse (the functions' own), as a value: the ledger, or
+    the error naming the ConfigMap and its fault."""
 
+    def read(cm: Mapping[str, Any], key: str, data_key: str) -> LedgerT | UnreadableLedgerError:
+        meta = cm.get("metadata") or {}
+        where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        try:
+            return parse((cm.get("data") or {}).get(data_key), key, where)
+        except UnreadableLedgerError as err:
+            return err
 
-def _quota_record(
-    cm: Mapping[str, Any], quota: str, namespace: str
-) -> tenancy.QuotaLedger | Unreadable:
-    """A quota's record, read as its published quota ledger is (`tenancy.parse_quota_ledger`)."""
-    where = f"{namespace}/{quota_record_name(quota)}"
-    parsed = ledger_read.parse(
-        tenancy.QuotaLedger, cm, where=where, namespace=namespace, label=QUOTA_RECORD_LABEL,
-        data_key=tenancy.QUOTA_DATA_KEY,
-    )  # fmt: skip
-    if isinstance(parsed, Unreadable):
-        return parsed
-    if parsed.quota != quota:
-        return Unreadable(where, f"holds the ledger of InferenceQuota {parsed.quota}, not {quota}")
-    if parsed.sequence < 0:
-        return Unreadable(
-            where, f"has sequence {parsed.sequence}: the binder counts its writes up from 0"
-        )
-    return parsed
-
-
-def _quota_published(
-    cm: Mapping[str, Any], quota: str, namespace: str
-) -> tenancy.QuotaLedger | Unreadable:
-    parsed = tenancy.parse_quota_ledger(cm, namespace)
-    if not isinstance(parsed, Unreadable) and parsed.quota != quota:
-        where = f"{namespace}/{tenancy.quota_ledger_name(quota)}"
-        return Unreadable(where, f"holds the ledger of InferenceQuota {parsed.quota}, not {quota}")
-    return parsed
+    return read
 
 
 @dataclasses.dataclass(frozen=True)
 class _Kind(Generic[LedgerT]):
-    """Cluster ledgers or quota ledgers: where their two copies live and how each reads (the
-    published copy exactly as the functions read it)."""
+    """Cluster ledgers or quota ledgers: where their two copies live and how they read (as
+    the functions read them)."""
 
     label: str  # the published copy's label (what the functions select)
     record_label: str
@@ -136,19 +106,18 @@ class _Kind(Generic[LedgerT]):
     name_of: Callable[[str], str]
     record_of: Callable[[str], str]
     fresh: Callable[[str], LedgerT]
-    # (ConfigMap as a dict, key, namespace) -> the ledger or why not
-    read_published: Callable[[Mapping[str, Any], str, str], LedgerT | Unreadable]
-    read_record: Callable[[Mapping[str, Any], str, str], LedgerT | Unreadable]
+    # (ConfigMap as a dict, key, data key) -> the ledger or why not
+    read: Callable[[Mapping[str, Any], str, str], LedgerT | UnreadableLedgerError]
 
 
 CLUSTER_LEDGERS: _Kind[ledgers.Ledger] = _Kind(
     LEDGER_LABEL, RECORD_LABEL, ledgers.DATA_KEY, ledger_name, record_name,
-    lambda k: ledgers.Ledger(cluster=k), binding.parse_ledger, _cluster_record,
+    lambda k: ledgers.Ledger(cluster=k), _read(ledger_parse.parse_cluster_ledger),
 )  # fmt: skip
 QUOTA_LEDGERS: _Kind[tenancy.QuotaLedger] = _Kind(
     tenancy.QUOTA_LEDGER_LABEL, QUOTA_RECORD_LABEL, tenancy.QUOTA_DATA_KEY,
     tenancy.quota_ledger_name, quota_record_name, lambda k: tenancy.QuotaLedger(quota=k),
-    _quota_published, _quota_record,
+    _read(ledger_parse.parse_quota_ledger),
 )  # fmt: skip
 
 
@@ -242,10 +211,7 @@ class Binder:
         record: client.V1ConfigMap | None,
         counted: Callable[[str], int],
     ) -> ledgers.Held[LedgerT]:
-        def copy(
-            cm: client.V1ConfigMap | None,
-            read: Callable[[Mapping[str, Any], str, str], LedgerT | Unreadable],
-        ) -> ledgers.Copy[LedgerT] | None:
+        def copy(cm: client.V1ConfigMap | None) -> ledgers.Copy[LedgerT] | None:
             if cm is None:
                 return None
             meta = _meta(cm)
@@ -254,12 +220,12 @@ class Binder:
                              "labels": dict(meta.labels or {})},
                 "data": dict(cm.data or {}),
             }  # fmt: skip
-            return ledgers.Copy(meta.resource_version or "", read(as_dict, key, self.namespace))
+            return ledgers.Copy(meta.resource_version or "", kind.read(as_dict, key, kind.data_key))
 
         return ledgers.hold(
             kind.fresh(key),
-            copy(published, kind.read_published),
-            copy(record, kind.read_record),
+            copy(published),
+            copy(record),
             names=(self._where(kind.name_of(key)), self._where(kind.record_of(key))),
             counted=lambda: counted(key),
         )

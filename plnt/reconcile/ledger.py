@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from plnt import binding, capacity, fleet, fleet_view, tenancy
-from plnt.ledger_read import Unreadable
+from plnt.ledger_parse import UnreadableLedgerError
 
 DATA_KEY = binding.LEDGER_DATA_KEY
 
@@ -364,7 +364,7 @@ LedgerT = TypeVar("LedgerT", bound=_Sequenced)
 
 
 # Why a cluster (or quota) is closed: the Event's reason.
-LEDGER_UNREADABLE = binding.LEDGER_UNREADABLE  # a copy does not read (plnt.ledger_read says why)
+LEDGER_UNREADABLE = "LedgerUnreadable"  # a copy does not read (plnt.ledger_parse says why)
 LEDGER_DIVERGED = "LedgerDiverged"  # the copies contradict each other
 LEDGER_LOST = "LedgerLost"  # both copies gone after the binder counted a commit
 
@@ -372,10 +372,10 @@ LEDGER_LOST = "LedgerLost"  # both copies gone after the binder counted a commit
 @dataclasses.dataclass(frozen=True)
 class Copy(Generic[LedgerT]):
     """One of a ledger's ConfigMaps as read: its resourceVersion, and the ledger it holds or
-    why it cannot be read (plnt.ledger_read, the reading every reader shares)."""
+    why it cannot be read (plnt.ledger_parse, the reading every reader shares)."""
 
     version: str
-    read: LedgerT | Unreadable
+    read: LedgerT | UnreadableLedgerError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,10 +420,13 @@ def hold(
     quota's status), which tells a lost ledger from a new one and is what a closed ledger keeps
     counting (asked only then)."""
     errors = [
-        c.read for c in (published, record) if c is not None and isinstance(c.read, Unreadable)
+        c.read
+        for c in (published, record)
+        if c is not None and isinstance(c.read, UnreadableLedgerError)
     ]
     parsed: list[LedgerT | None] = [
-        None if c is None or isinstance(c.read, Unreadable) else c.read for c in (published, record)
+        None if c is None or isinstance(c.read, UnreadableLedgerError) else c.read
+        for c in (published, record)
     ]
     pub, rec = parsed
     pub_version = published.version if published is not None else None
@@ -437,7 +440,7 @@ def hold(
         return Held(None, rec_version, pub_version, closed=Closed(reason, text, last, known))
 
     if errors:
-        return closed(LEDGER_UNREADABLE, "; ".join(str(e) for e in errors))
+        return closed(LEDGER_UNREADABLE, "; ".join(e.message for e in errors))
     if pub is None and rec is None:
         before = counted()
         if before > 0:

@@ -458,11 +458,11 @@ def _ahead(text: str) -> str:
 @pytest.mark.parametrize(
     ("damage", "reason", "fault"),
     [
-        (lambda t: t[: len(t) // 2], "LedgerUnreadable", "has a ledger.json that is not JSON ("),
+        (lambda t: t[: len(t) // 2], "LedgerUnreadable", "is not JSON ("),
         (
             lambda t: '{"cluster": 5}',
             "LedgerUnreadable",
-            "has a ledger.json that is not a Ledger: cluster: Input should be a valid string",
+            "is not a ledger: cluster: Input should be a valid string",
         ),
         (_ahead, "LedgerDiverged", "is at sequence 2, ahead of the binder's record"),
     ],
@@ -638,7 +638,7 @@ def test_an_unreadable_quota_ledger_refuses_its_namespaces_and_keeps_its_status(
     assert found[second].state == binding.REFUSED_STATE
     where = f"plnt-system/{tenancy.quota_ledger_name(quota)}"
     assert found[second].message.startswith(
-        f"InferenceQuota {quota}: ConfigMap {where} has a quota.json that is not JSON"
+        f"InferenceQuota {quota}: ConfigMap {where} is not JSON"
     )
     assert kube_apiserver.admin.get(path).json()["status"] == status
     assert [e[:2] for e in _events(kube_apiserver, quota)] == [("Warning", "LedgerUnreadable")]

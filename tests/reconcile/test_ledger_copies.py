@@ -27,8 +27,7 @@ def copy(where: str, body: binding.Ledger | str, version: str = "7") -> ledger.C
     label = binding.LEDGER_LABEL if published else binder.RECORD_LABEL
     cm = {"metadata": {"name": name, "namespace": "plnt-system", "labels": {label: "true"}},
           "data": {ledger.DATA_KEY: text}}  # fmt: skip
-    read = binding.parse_ledger if published else binder.CLUSTER_LEDGERS.read_record
-    return ledger.Copy(version, read(cm, "a", "plnt-system"))
+    return ledger.Copy(version, binder.CLUSTER_LEDGERS.read(cm, "a", ledger.DATA_KEY))
 
 
 def hold(published: ledger.Copy | None, record: ledger.Copy | None, counted: int = 0):
@@ -111,13 +110,13 @@ def test_the_fault_named_is_the_one_the_function_names_too() -> None:
     held = hold(copy(NAMES[0], "{oops", "5"), copy(NAMES[1], state(2), "6"))
     assert held.closed is not None
     assert held.closed.message == (
-        f"ConfigMap {NAMES[0]} has a ledger.json that is not JSON (key must be a string at line "
-        "1 column 2): nothing binds until it is repaired (docs/reconciler.md)"
+        f"ConfigMap {NAMES[0]} is not JSON (Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)): nothing binds until it is repaired (docs/reconciler.md)"
     )
     record_ahead = hold(copy(NAMES[0], state(1), "5"), copy(NAMES[1], '{"cluster": "b"}', "6"))
     assert record_ahead.closed is not None
     assert record_ahead.closed.message.startswith(
-        f"ConfigMap {NAMES[1]} holds the ledger of cluster b, not a"
+        f"ConfigMap {NAMES[1]} is the ledger of cluster 'b', not of 'a'"
     )
 
 

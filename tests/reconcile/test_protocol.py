@@ -36,9 +36,9 @@ import pytest
 
 from functions.model_deployment import replicas as rep
 from functions.model_deployment import scheduler
-from plnt import binding, capacity, tenancy
+from functions.model_replica import fn as model_replica_fn
+from plnt import binding, capacity, ledger_parse, tenancy
 from plnt.fleet import cluster_of
-from plnt.ledger_read import Unreadable
 from plnt.reconcile import binder, ledger
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 
@@ -451,18 +451,13 @@ def render(api: dict, before: dict) -> tuple[dict, list[str]]:
     that was rendered and is still there, same uid, no longer rendered."""
     held = api["ledgers"].get(f"quota:{QUOTA}")
     quota_cms = [configmap(f"quota:{QUOTA}", "ledgers", held[1])] if held is not None else []
-    quotas_read, unreadable = tenancy.quota_ledgers_of(quota_cms, binding.LEDGER_NAMESPACE)
+    quotas_read, unreadable = ledger_parse.quota_ledgers_in(quota_cms)
     out: dict[str, list] = {}
     for key, obj in api["replicas"].items():
         uid = obj["metadata"]["uid"]
         was = before.get(key) if (before.get(key) or [None])[0] == uid else None
-        s = binding.verify(
-            obj,
-            published_ledger(api, obj["spec"]["clusterName"]),
-            quotas_read,
-            unreadable,
-            rendered=was is not None,
-        )
+        held = published_ledger(api, obj["spec"]["clusterName"], rendered=was is not None)
+        s = binding.verify(obj, held, quotas_read, unreadable)
         if s.state == binding.UNKNOWN and was is not None:
             out[key] = was
         elif s.state == binding.BOUND:
@@ -475,10 +470,13 @@ def render(api: dict, before: dict) -> tuple[dict, list[str]]:
     return out, problems
 
 
-def published_ledger(api: dict, cluster: str) -> ledger.Ledger | Unreadable:
-    """The cluster's published ledger as the function reads it, or why it does not read."""
+def published_ledger(
+    api: dict, cluster: str, *, rendered: bool
+) -> ledger.Ledger | ledger_parse.UnreadableLedgerError | None:
+    """The cluster's published ledger as the ModelReplica function reads it (its own code)."""
     held = api["ledgers"].get(cluster)
-    return binding.read_ledger([configmap(cluster, "ledgers", held[1])] if held else [], cluster)
+    cms = [configmap(cluster, "ledgers", held[1])] if held else []
+    return model_replica_fn.cluster_ledger(cms, cluster, rendered=rendered)
 
 
 def rendered_states(state: dict) -> dict[str, binding.State]:
@@ -681,7 +679,7 @@ def trusting_every_proposal() -> Iterator[None]:
     module = globals()
     real_read = module["published_ledger"]
     binding.verify = trusting
-    module["published_ledger"] = lambda _, cluster: ledger.Ledger(cluster=cluster)
+    module["published_ledger"] = lambda _, cluster, **__: ledger.Ledger(cluster=cluster)
     try:
         yield
     finally:
@@ -754,9 +752,9 @@ def test_a_renderer_that_takes_unknown_for_unbound_is_caught() -> None:
     module = globals()
     real = module["published_ledger"]
 
-    def empty_when_unreadable(api: dict, cluster: str) -> ledger.Ledger:
-        read = real(api, cluster)
-        return ledger.Ledger(cluster=cluster) if isinstance(read, Unreadable) else read
+    def empty_when_unreadable(api: dict, cluster: str, **kwargs: Any) -> ledger.Ledger:
+        read = real(api, cluster, **kwargs)
+        return read if isinstance(read, ledger.Ledger) else ledger.Ledger(cluster=cluster)
 
     module["published_ledger"] = empty_when_unreadable
     try:
