@@ -239,10 +239,7 @@ def held_of(name: str, published: list | None, record: list | None, view: dict) 
     def copy_of(c: list | None, where: str) -> ledger.Copy | None:
         if c is None:
             return None
-        read = kind.read_published if where == "ledgers" else kind.read_record
-        return ledger.Copy(
-            str(c[0]), read(configmap(name, where, c[1]), key, binding.LEDGER_NAMESPACE)
-        )
+        return ledger.Copy(str(c[0]), kind.read(configmap(name, where, c[1]), key, kind.data_key))
 
     names = (f"published/{name}", f"record/{name}")
     return ledger.hold(
