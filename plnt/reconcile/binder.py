@@ -665,8 +665,8 @@ class Binder:
         self, kind: str, obj: Mapping[str, Any], closed: ledgers.Closed | None, rebuilt: str
     ) -> None:
         """An Event on the InferenceCluster (or InferenceQuota) when its ledger turns unreadable
-        (Warning, LedgerUnreadable, LedgerDiverged or LedgerLost, naming the ConfigMap and the
-        fault), when it
+        (Warning, the reason plnt.ledger_parse gives, LedgerDiverged or LedgerLost, naming the
+        ConfigMap and the fault), when it
         reads again (Normal LedgerRepaired) and when a lost copy is rebuilt (Normal
         LedgerRebuilt). Once per change: a process remembers what it said."""
         name = obj["metadata"]["name"]

@@ -364,7 +364,6 @@ LedgerT = TypeVar("LedgerT", bound=_Sequenced)
 
 
 # Why a cluster (or quota) is closed: the Event's reason.
-LEDGER_UNREADABLE = "LedgerUnreadable"  # a copy does not read (plnt.ledger_parse says why)
 LEDGER_DIVERGED = "LedgerDiverged"  # the copies contradict each other
 LEDGER_LOST = "LedgerLost"  # both copies gone after the binder counted a commit
 
@@ -383,7 +382,7 @@ class Closed:
     """Why nothing binds on a cluster (or in a quota's namespaces), and the last ledger sequence
     the binder counted there."""
 
-    reason: str  # LEDGER_UNREADABLE, LEDGER_DIVERGED or LEDGER_LOST
+    reason: str  # a plnt.ledger_parse reason (a copy does not read), LEDGER_DIVERGED or LEDGER_LOST
     message: str
     sequence: int = 0
     # The replicas the copies that still read hold (None: no copy reads). A proposal outside it
@@ -440,7 +439,7 @@ def hold(
         return Held(None, rec_version, pub_version, closed=Closed(reason, text, last, known))
 
     if errors:
-        return closed(LEDGER_UNREADABLE, "; ".join(e.message for e in errors))
+        return closed(errors[0].reason, "; ".join(e.message for e in errors))
     if pub is None and rec is None:
         before = counted()
         if before > 0:

@@ -458,10 +458,10 @@ def _ahead(text: str) -> str:
 @pytest.mark.parametrize(
     ("damage", "reason", "fault"),
     [
-        (lambda t: t[: len(t) // 2], "LedgerUnreadable", "is not JSON ("),
+        (lambda t: t[: len(t) // 2], "LedgerCorrupt", "is not JSON ("),
         (
             lambda t: '{"cluster": 5}',
-            "LedgerUnreadable",
+            "LedgerMalformed",
             "is not a ledger: cluster: Input should be a valid string",
         ),
         (_ahead, "LedgerDiverged", "is at sequence 2, ahead of the binder's record"),
@@ -641,7 +641,7 @@ def test_an_unreadable_quota_ledger_refuses_its_namespaces_and_keeps_its_status(
         f"InferenceQuota {quota}: ConfigMap {where} is not JSON"
     )
     assert kube_apiserver.admin.get(path).json()["status"] == status
-    assert [e[:2] for e in _events(kube_apiserver, quota)] == [("Warning", "LedgerUnreadable")]
+    assert [e[:2] for e in _events(kube_apiserver, quota)] == [("Warning", "LedgerCorrupt")]
 
     assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{tenancy.quota_ledger_name(quota)}")
     b.bind_once()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from functions.model_deployment import scheduler
-from plnt import binding, capacity, fleet_view
+from plnt import binding, capacity, fleet_view, ledger_parse
 from plnt.reconcile import binder, ledger
 from tests.reconcile.test_ledger import apply, replica
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
@@ -83,9 +83,9 @@ def test_a_new_cluster_starts_empty_and_a_lost_one_is_closed() -> None:
 @pytest.mark.parametrize(
     ("published", "record", "reason", "known"),
     [
-        ("{oops", state(2, "ns/r0"), ledger.LEDGER_UNREADABLE, {"ns/r0"}),
-        (state(2, "ns/r0"), '{"cluster": "a", "x": 1}', ledger.LEDGER_UNREADABLE, {"ns/r0"}),
-        ("{oops", "[]", ledger.LEDGER_UNREADABLE, None),
+        ("{oops", state(2, "ns/r0"), ledger_parse.LEDGER_CORRUPT, {"ns/r0"}),
+        (state(2, "ns/r0"), '{"cluster": "a", "x": 1}', ledger_parse.LEDGER_MALFORMED, {"ns/r0"}),
+        ("{oops", "[]", ledger_parse.LEDGER_CORRUPT, None),
         (state(3, "ns/r0"), state(2, "ns/r1"), ledger.LEDGER_DIVERGED, {"ns/r0", "ns/r1"}),
         (state(2), state(2, "ns/r0"), ledger.LEDGER_DIVERGED, {"ns/r0"}),
     ],
@@ -128,7 +128,7 @@ def test_a_closed_cluster_refuses_only_proposals_no_copy_can_hold() -> None:
     )
     views = [ledger.Replica.of(o) for o in (objs[0], objs[1], bound)]
     closed = ledger.Closed(
-        ledger.LEDGER_UNREADABLE, "ConfigMap x is not JSON", 3, frozenset({"ns/r0"})
+        ledger_parse.LEDGER_CORRUPT, "ConfigMap x is not JSON", 3, frozenset({"ns/r0"})
     )
     refused, annotate = ledger.refuse_closed("a", closed, views)
     assert refused == dict.fromkeys(
@@ -144,7 +144,7 @@ def test_a_closed_cluster_refuses_only_proposals_no_copy_can_hold() -> None:
 def test_a_closed_quota_refuses_new_commits_in_the_namespaces_it_covers() -> None:
     quota = {"metadata": {"name": "q"}, "spec": {"namespaceSelector": {"matchLabels": {"t": "x"}}}}
     views = [ledger.Replica.of(replica("r0"))]
-    closed = {"q": ledger.Closed(ledger.LEDGER_UNREADABLE, "ConfigMap q is not JSON")}
+    closed = {"q": ledger.Closed(ledger_parse.LEDGER_CORRUPT, "ConfigMap q is not JSON")}
     assert ledger.closed_quota_refusals({"q": quota}, closed, views, {"ns": {"t": "x"}}) == {
         "ns/r0": "InferenceQuota q: ConfigMap q is not JSON"
     }
@@ -167,7 +167,7 @@ def test_the_fleet_view_offers_nothing_on_a_closed_cluster_and_says_why() -> Non
     committed = {"b": state(1)}
     why = "ConfigMap plnt-system/plnt-ledger-a is not JSON (...): nothing binds"
     views = ledger.views(
-        clusters, classes, committed, {"a": ledger.Closed(ledger.LEDGER_UNREADABLE, why, 5)}
+        clusters, classes, committed, {"a": ledger.Closed(ledger_parse.LEDGER_CORRUPT, why, 5)}
     )
     (part,) = fleet_view.parts(views)
     read = {v.cluster.name: v for v in fleet_view.decode(part.text)}
