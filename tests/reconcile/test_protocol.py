@@ -625,12 +625,22 @@ DAMAGE = {
         nodes=1, deployments=(("a", 3, 1), ("b", 3, 1)), quota=(("a", "b"), 4), proposer_runs=1,
         binder_passes=3, restarts=0, damage=("delete", "both", f"quota:{QUOTA}"),
     ),
+    # Two binders at once both see the record gone and rebuild it: one create wins.
+    "two binders, record deleted": Case(
+        nodes=1, deployments=(("a", 5, 1), ("b", 5, 1)), binders=2, binder_passes=1,
+        proposer_runs=1, restarts=0, damage=("delete", "records", "x0"),
+    ),
+    "a binder restarts around a corrupt record": Case(
+        **{**RACE, "restarts": 1, "binder_passes": 2}, damage=("corrupt", "records", "x0"),
+    ),
     "a binder restarts around a deleted published ledger": Case(
         **{**RACE, "restarts": 1, "binder_passes": 2}, damage=("delete", "ledgers", "x0"),
     ),
 }  # fmt: skip
 
 
+# An exhaustive search: 3 to 30 s a case on a free core (up to 16,000 states); room for a busy one.
+@pytest.mark.timeout(480)
 @pytest.mark.parametrize("case", DAMAGE.values(), ids=DAMAGE.keys())
 def test_a_damaged_ledger_never_over_commits_nor_unrenders(case: Case) -> None:
     """Whenever the damage and the repair come, no interleaving over-commits, and no replica
