@@ -28,6 +28,9 @@ WAITING = "Waiting"
 MISSING_DEPENDENCY = "MissingDependency"
 INVALID_SPEC = "InvalidSpec"
 PULLING_WEIGHTS = "PullingWeights"  # ReplicasReady reason while an init step stages weights
+# WorkloadsReady / ReplicasReady reason while the engines' pods exist, their weights (if any)
+# staged, and the engines start: not ready yet, nothing left to download
+STARTING = "Starting"
 # WorkloadsReady / ReplicasReady reason while the kube-scheduler cannot place an engine's pod
 UNSCHEDULABLE = "Unschedulable"
 NOT_PROBED = "NotProbed"

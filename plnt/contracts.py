@@ -30,6 +30,11 @@ VERDICTS = (PASS, FAIL)
 WAITING = "Waiting"  # the revision under test is not ready to be measured
 MEASURING = "Measuring"
 MEASURED = "Measured"  # a verdict is in
+# status.canary.mode: how the run's revision is (or was, beside its verdict) tested
+FIRST_ROLLOUT = "FirstRollout"  # no stable revision: it takes no traffic until it passes
+BESIDE_STABLE = "Canary"  # a new revision beside the stable one, at trafficPercent
+IN_PLACE = "InPlace"  # the stable revision re-tested, its pods and traffic unchanged
+MODES = (FIRST_ROLLOUT, BESIDE_STABLE, IN_PLACE)
 # The reasons of the Canary and CanaryGate conditions, which the WorkflowRun reads too, are in
 # plnt/conditions.py with every other shared condition.
 
@@ -101,11 +106,19 @@ class CanaryStatus:
 
     run: str | None
     gate: Gate
+    mode: str | None = None  # one of MODES
+    readiness: str | None = None  # ReplicasReady's reason, for the revision under test
 
     @classmethod
     def of(cls, obj: Mapping[str, Any] | None) -> CanaryStatus:
         canary = _mapping(status_of(obj).get("canary"))
-        return cls(run=_text(canary.get("run")), gate=Gate.of(canary.get("gate")))
+        mode = _text(canary.get("mode"))
+        return cls(
+            run=_text(canary.get("run")),
+            gate=Gate.of(canary.get("gate")),
+            mode=mode if mode in MODES else None,
+            readiness=_text(canary.get("readiness")),
+        )
 
 
 def gate_at(status: Mapping[str, Any]) -> object:
@@ -126,3 +139,21 @@ def verdict_on(revision: str, run: str | None, *candidates: object) -> dict[str,
         if gate.decided and gate.revision == revision and gate.run == run:
             return dict(gate.raw)
     return None
+
+
+def figures(verdict: Mapping[str, Any]) -> str:
+    """A verdict's measured p50/p95 figures against its budgets, e.g. `TTFT p50 98 ms, p95
+    131 ms (budget 250 ms); TPOT p50 18 ms, p95 20 ms (budget 40 ms)`."""
+    parts = []
+    budgets = _mapping(verdict.get("budgets"))
+    for metric in ("ttftMs", "tpotMs"):
+        measured = _mapping(verdict.get(metric))
+        if measured:
+            text = (
+                f"{metric[:4].upper()} p50 {measured.get('p50')} ms, p95 {measured.get('p95')} ms"
+            )
+            budget = budgets.get(metric, budgets.get(metric.replace("Ms", "BudgetMs")))
+            if budget is not None:
+                text += f" (budget {budget} ms)"
+            parts.append(text)
+    return "; ".join(parts)

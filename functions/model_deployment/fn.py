@@ -28,8 +28,12 @@ conditions ReplicasScheduled, ReplicasReady and, with `spec.canary`, Canary. Rep
 False with reason Unschedulable while a replica it counts that is not ready reports
 WorkloadsReady reason Unschedulable (the kube-scheduler cannot place one of its pods: the
 message names the first replicas with their WorkloadsReady messages, and a Warning says it),
-else with reason PullingWeights (not Waiting) while such a replica reports WorkloadsReady reason
-PullingWeights. The XR is not Ready while no revision has passed the gate: nothing serves yet.
+else with reason PullingWeights while such a replica reports WorkloadsReady reason
+PullingWeights, else with reason Starting when every such replica reports Starting (its
+weights, if any, are staged and its engines start), else Waiting. `status.canary` adds
+`readyReplicas` and `readiness` (Available or the same reasons) of the revision under test, so
+a parent tells a canary's weights staging from its engines starting. The XR is not Ready while
+no revision has passed the gate: nothing serves yet.
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision
 
 GATE_FAILED = "GateFailed"  # ReplicasScheduled: a first rollout failed, nothing is placed
+# status.canary.mode of each way a revision is tested
+MODES = {
+    revisions.FIRST_ROLLOUT: contracts.FIRST_ROLLOUT,
+    revisions.BESIDE_STABLE: contracts.BESIDE_STABLE,
+    revisions.IN_PLACE: contracts.IN_PLACE,
+}
 
 
 NAMESPACE_REQUIREMENT = "namespace"
@@ -349,6 +359,7 @@ def report(
         "revisions": {k: v for k, v in (("stable", plan.stable), ("canary", plan.canary)) if v},
     }
     canary_status = _canary_status(spec, plan, schedules, observed_status)
+    canary_status |= _under_test_readiness(plan, schedules, out)
     if canary_status:
         status["canary"] = canary_status
 
@@ -384,23 +395,44 @@ def _ready_condition(
     ready_message = f"{ready} of {spec.replicas} replicas ready"
     if out.degraded:
         ready_message += "; no endpoint while the cluster is degraded: " + ", ".join(out.degraded)
-    pulling = out.pulling[serving] if serving else []
-    stuck = out.unschedulable[serving] if serving else []
     if ready >= spec.replicas and not out.degraded:
         return conditions.available(conditions.REPLICAS_READY, ready_message)
-    if ready < spec.replicas and stuck:
-        # more urgent than PullingWeights: a pod that cannot be placed never stages anything
-        return conditions.waiting(
-            conditions.REPLICAS_READY,
-            f"{ready_message}; {_unschedulable(stuck)}",
-            reason=conditions.UNSCHEDULABLE,
-        )
-    if ready < spec.replicas and pulling:
-        ready_message += "; pulling weights: " + ", ".join(sorted(pulling))
-        return conditions.waiting(
-            conditions.REPLICAS_READY, ready_message, reason=conditions.PULLING_WEIGHTS
-        )
-    return conditions.waiting(conditions.REPLICAS_READY, ready_message)
+    if ready >= spec.replicas or serving is None:
+        return conditions.waiting(conditions.REPLICAS_READY, ready_message)
+    reason, why = _readiness(out, serving)
+    return conditions.waiting(
+        conditions.REPLICAS_READY, f"{ready_message}{'; ' if why else ''}{why}", reason=reason
+    )
+
+
+def _readiness(out: Composed, rev: str) -> tuple[str, str]:
+    """Why the not-ready replicas of a revision are not ready, from their WorkloadsReady
+    reasons: Unschedulable (more urgent than PullingWeights: a pod that cannot be placed never
+    stages anything), else PullingWeights while any stages its weights, else Starting when
+    every one of them starts its engines, else Waiting; and what the message adds."""
+    if out.unschedulable[rev]:
+        return conditions.UNSCHEDULABLE, _unschedulable(out.unschedulable[rev])
+    if out.pulling[rev]:
+        return conditions.PULLING_WEIGHTS, "pulling weights: " + ", ".join(sorted(out.pulling[rev]))
+    not_ready = out.composed[rev] - out.ready[rev]
+    if not_ready > 0 and len(out.starting[rev]) == not_ready:
+        return conditions.STARTING, "engines starting: " + ", ".join(sorted(out.starting[rev]))
+    return conditions.WAITING, ""
+
+
+def _under_test_readiness(
+    plan: revisions.Plan, schedules: dict[str, scheduler.Schedule], out: Composed
+) -> dict[str, Any]:
+    """`status.canary.readyReplicas` and `.readiness` of the revision under test: what
+    ReplicasReady says of the serving revision, for the one the gate waits for (a canary
+    beside a stable revision, which ReplicasReady does not count)."""
+    if plan.canary is None or plan.canary not in schedules:
+        return {}
+    sched = schedules[plan.canary]
+    wanted = len(sched.kept) + len(sched.placed)
+    ready = out.ready[plan.canary]
+    reason = conditions.AVAILABLE if ready >= wanted > 0 else _readiness(out, plan.canary)[0]
+    return {"readyReplicas": ready, "readiness": reason}
 
 
 # at most this many unschedulable replicas' messages in ReplicasReady; the rest are counted
@@ -463,8 +495,13 @@ class Composed:
     placements: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     ready: Counter[str] = dataclasses.field(default_factory=Counter)  # by revision
     degraded: list[str] = dataclasses.field(default_factory=list)
+    composed: Counter[str] = dataclasses.field(default_factory=Counter)  # by revision
     # by revision: not-ready replicas whose WorkloadsReady reason is PullingWeights
     pulling: defaultdict[str, list[str]] = dataclasses.field(
+        default_factory=lambda: defaultdict(list)
+    )
+    # by revision: not-ready replicas whose WorkloadsReady reason is Starting
+    starting: defaultdict[str, list[str]] = dataclasses.field(
         default_factory=lambda: defaultdict(list)
     )
     # by revision: (replica, its WorkloadsReady message) of not-ready replicas whose
@@ -491,9 +528,12 @@ def _compose_replica(
     replica, cluster_name = meta["name"], obj["spec"].get("clusterName", "")
     ready = xp.is_ready(seen)
     out.ready[rev] += ready
+    out.composed[rev] += 1
     workloads = xp.condition_of(seen, conditions.WORKLOADS_READY) or {}
     if not ready and workloads.get("reason") == conditions.PULLING_WEIGHTS:
         out.pulling[rev].append(replica)
+    if not ready and workloads.get("reason") == conditions.STARTING:
+        out.starting[rev].append(replica)
     if not ready and workloads.get("reason") == conditions.UNSCHEDULABLE:
         out.unschedulable[rev].append((replica, str(workloads.get("message") or "")))
     xp.compose(rsp, rep.resource_name(replica), obj, ready=ready)
@@ -565,10 +605,23 @@ def _canary_status(
             "trafficPercent": revisions.traffic_percent(plan, spec),
             "replicas": len(sched.kept) + len(sched.placed),
         }
+    if plan.mode is not None:
+        out["mode"] = MODES[plan.mode]
     gate = contracts.gate_at(observed_status)
     if plan.verdict is not None:
         out["gate"] = dict(plan.verdict)
         out.setdefault("revision", plan.verdict.get("revision"))
+        # how the verdict's revision was tested, kept beside it once it is steady: a parent
+        # tells a promoted new revision from one re-tested in place
+        seen = observed_status.get("canary")
+        if (
+            "mode" not in out
+            and isinstance(seen, dict)
+            and seen.get("run") == plan.run
+            and seen.get("revision") == out["revision"]
+            and seen.get("mode") in contracts.MODES
+        ):
+            out["mode"] = seen["mode"]
     elif (
         isinstance(gate, dict)
         and gate.get("revision") == plan.current

@@ -149,29 +149,12 @@ def traffic_percent(plan: Plan, spec: ModelDeploymentSpec) -> int:
     return spec.canary.traffic_percent if spec.canary else 100
 
 
-def figures(verdict: Mapping[str, Any]) -> str:
-    """The measured p50/p95 figures against the budgets."""
-    parts = []
-    budgets = verdict.get("budgets") or {}
-    for metric in ("ttftMs", "tpotMs"):
-        measured = verdict.get(metric) or {}
-        if measured:
-            text = (
-                f"{metric[:4].upper()} p50 {measured.get('p50')} ms, p95 {measured.get('p95')} ms"
-            )
-            budget = budgets.get(metric, budgets.get(metric.replace("Ms", "BudgetMs")))
-            if budget is not None:
-                text += f" (budget {budget} ms)"
-            parts.append(text)
-    return "; ".join(parts)
-
-
 def _verdict_message(head: str, verdict: Mapping[str, Any]) -> str:
     parts = [head]
     if verdict.get("reason"):
         parts.append(str(verdict["reason"]))
-    if figures(verdict):
-        parts.append(figures(verdict))
+    if contracts.figures(verdict):
+        parts.append(contracts.figures(verdict))
     return "; ".join(parts)
 
 

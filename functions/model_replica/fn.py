@@ -33,8 +33,11 @@ available"), so while an engine's workload has pods and fewer available copies t
 ObservedObjectCollection watches its pods (pods.py): ``WorkloadsReady`` is False with reason
 ``Unschedulable`` and the scheduler's message while a pod cannot be scheduled (with a Warning);
 else, for an engine that stages weights and has no available copy, reason ``PullingWeights``
-until every pod's weights init container has finished, then reason ``Waiting`` while the
-engine loads.
+until every pod's weights init container has finished; then reason ``Starting`` while the
+engine loads (an engine that stages nothing is ``Starting`` once its pods are on nodes).
+Reason ``Waiting`` is left for an engine that has no pods yet or waits for its ModelCache: so
+the WorkflowRun above tells the weights' staging (PullingWeights) from the engines' start
+(Deploying).
 """
 
 from __future__ import annotations
@@ -181,12 +184,13 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
 @dataclass(frozen=True)
 class EngineProgress:
     """Where one engine stands: its status entry and, while not every copy is available, what
-    it waits for (downloading its weights: `pulling`; a pod the kube-scheduler cannot place:
-    `unschedulable`)."""
+    it waits for (downloading its weights: `pulling`; its pods exist and, weights staged, the
+    engine starts: `starting`; a pod the kube-scheduler cannot place: `unschedulable`)."""
 
     status: dict[str, Any]
     wait: str | None = None
     pulling: bool = False
+    starting: bool = False
     unschedulable: bool = False
 
 
@@ -235,17 +239,26 @@ def compose_engine(
                 f"engine {engine.name}: pod {stuck.pod} cannot be scheduled: {stuck.message}",
                 unschedulable=True,
             )
-    if stage and available == 0 and workloads.created_copies(seen) > 0:
+    created = workloads.created_copies(seen) > 0
+    if stage and available == 0 and created:
         staged = pods.weights_staged(members)
         return EngineProgress(
-            status, staging_wait(engine, workload, stage, staged), pulling=not staged
+            status,
+            staging_wait(engine, workload, stage, staged),
+            pulling=not staged,
+            starting=staged,
         )
     if available < engine.copies:
-        return EngineProgress(
-            status,
-            f"engine {engine.name} waits for its {workload['kind']} "
-            f"{workload['metadata']['name']}: {available}/{engine.copies} copies available",
-        )
+        where = f"its {workload['kind']} {workload['metadata']['name']}"
+        copies = f"{available}/{engine.copies} copies available"
+        if created and pods.placed(members):
+            # placed pods with nothing to stage (or a ModelCache's weights): the engine starts
+            return EngineProgress(
+                status,
+                f"engine {engine.name} is starting: {where} has pods on nodes, {copies}",
+                starting=True,
+            )
+        return EngineProgress(status, f"engine {engine.name} waits for {where}: {copies}")
     return EngineProgress(status)
 
 
@@ -281,7 +294,8 @@ def staging_wait(
 def workloads_condition(progress: list[EngineProgress]) -> xp.Condition:
     """WorkloadsReady: every copy available, else what each engine waits for (Unschedulable
     while the kube-scheduler cannot place a pod, else PullingWeights while any downloads its
-    weights)."""
+    weights, else Starting when every engine that waits has pods whose engine starts, else
+    Waiting: an engine has no pods yet, or waits for its ModelCache)."""
     waits = [p.wait for p in progress if p.wait]
     if waits:
         reason = conditions.WAITING
@@ -289,6 +303,8 @@ def workloads_condition(progress: list[EngineProgress]) -> xp.Condition:
             reason = conditions.UNSCHEDULABLE
         elif any(p.pulling for p in progress):
             reason = conditions.PULLING_WEIGHTS
+        elif all(p.starting for p in progress if p.wait):
+            reason = conditions.STARTING
         return conditions.waiting(conditions.WORKLOADS_READY, "; ".join(waits), reason=reason)
     return conditions.available(
         conditions.WORKLOADS_READY, f"every copy of {len(progress)} engine(s) is available"

@@ -89,6 +89,23 @@ def _pod_name(member: dict[str, Any], pod: dict[str, Any]) -> str:
     return ""
 
 
+def placed(members: Sequence[dict[str, Any]] | None) -> bool:
+    """Every observed pod is bound to a node (PodScheduled True): its containers start there.
+    False while no pod has been observed yet."""
+    pods = [observed_manifest(m) for m in members or []]
+    pods = [p for p in pods if p]
+    return bool(pods) and all(_scheduled(p) for p in pods)
+
+
+def _scheduled(pod: dict[str, Any]) -> bool:
+    return any(
+        isinstance(cond, dict)
+        and cond.get("type") == "PodScheduled"
+        and cond.get("status") == "True"
+        for cond in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
 def weights_staged(members: Sequence[dict[str, Any]] | None) -> bool:
     """Every observed pod's weights init container has finished; False while any still runs,
     or while no pod has been observed yet (the engine cannot load what is not staged)."""

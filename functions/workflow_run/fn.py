@@ -12,8 +12,10 @@ Design choices:
   revision takes no traffic until it passes the smoke test, a change of the pods is a canary
   at ``trafficPercent``, and any other spec change (a new workflowRunId, passed as
   ``canary.runId``) re-tests the serving revision in place against the current budgets.
-- The phase is derived from observed state on every call (phases.py), never stored and
-  advanced, so a restarted control plane reports the same phase.
+- The phase is derived on every call (phases.py) from observed state and the phase last
+  written (the XR's own status, read back): a target from what the children report, reached
+  one step at a time along the seed's order, so every step is written whatever lands between
+  two reconciles, and a restarted control plane reports the same phase.
 - Weights named by ``model.storageUri`` are staged before the engine starts: the engine
   reads them from ``/models`` (where ModelReplica also mounts a ModelCache) and the pod
   template carries the source in the ``plnt.work/weights-uri`` annotation, which the
@@ -86,17 +88,16 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         _refuse(rsp, err, identity, observed)
         return rsp
 
-    written = xr.get("status") or {}
-    previous = written.get("phase")
-    first = not written.get("endpoint")
-    phase = phases.derive(seen_deployment, seen_service, run_id, previous, first)
-    if phase.name != previous and phase.name in (
-        phases.PULLING_WEIGHTS,
-        phases.DEPLOYING,
-        phases.SMOKE_TESTING,
-        phases.PROMOTING,
-    ):
-        rsp.meta.ttl.FromMilliseconds(1000)  # a phase held for one reconcile moves on soon
+    phase = phases.derive(
+        seen_deployment,
+        seen_service,
+        run_id,
+        written=xr.get("status") or {},
+        stages_weights=spec.model.storage_uri is not None,
+    )
+    if phase.trailing:
+        # the observed state is further along than the step written: the next step at once
+        rsp.meta.ttl.FromMilliseconds(1000)
     deployment = model_deployment(
         name, spec, preset=preset, gpu_cel=gpu_cel, seen=seen_deployment, identity=identity
     )

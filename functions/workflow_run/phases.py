@@ -1,10 +1,11 @@
-"""The WorkflowRun phase, derived on every reconcile from what is observed.
+"""The WorkflowRun phase: a target derived from what is observed, and one forward walk to it.
 
-Nothing is remembered between reconciles: the phase is a pure function of the run id and the
-observed ModelDeployment (its conditions, revisions and canary gate) and ModelService (its URL,
-readiness and Routed condition). The rules, first match wins:
+**The target** is a pure function of the run id, whether the run stages weights
+(`model.storageUri`) and the observed ModelDeployment (its conditions, revisions and
+`status.canary`: the run it took up, the gate, how the revision is tested (`mode`) and the
+revision under test's `readiness`) and ModelService (URL, readiness, Routed). First match wins:
 
-| phase          | observed                                                                   |
+| target         | observed                                                                   |
 |----------------|----------------------------------------------------------------------------|
 | Failed         | (invalid spec: decided by the caller) the ModelDeployment cannot be        |
 |                | reconciled (Synced False); or the revision under test failed the gate with |
@@ -14,44 +15,53 @@ readiness and Routed condition). The rules, first match wins:
 |                | (`status.canary.run` is not the run id), or it has not reported a schedule |
 | RolledBack     | the Canary condition's reason is RolledBack: the stable revision kept 100% |
 | Pending        | ReplicasScheduled is False: no cluster can place the replicas yet          |
-| PullingWeights | a first rollout's replicas are not ready and ReplicasReady's reason is     |
-|                | PullingWeights (or, with no revision under test, any rollout's)            |
-| Deploying      | the revision under test is not ready to be measured (the gate waits:       |
-|                | `status.canary.gate.state` Waiting), or replicas are not ready otherwise   |
+| PullingWeights | the revision coming up (the one under test, else the serving one) is not   |
+|                | ready and its readiness is PullingWeights (an init container stages the    |
+|                | weights); or, in a run that stages weights, Waiting or Unschedulable       |
+|                | (nothing has started: the weights stage first)                             |
+| Deploying      | its readiness is Starting (weights staged, the engines start), or Waiting  |
+|                | or Unschedulable with nothing to stage; or it is ready and the gate has    |
+|                | not begun measuring it (`status.canary.gate.state` Waiting)                |
 | SmokeTesting   | the gate measures the revision under test (state Measuring), or has a      |
-|                | verdict the schedule step has not acted on yet                             |
+|                | verdict the schedule step has not acted on yet; a re-test in place from    |
+|                | the moment it is taken up (nothing of it starts)                           |
 | Promoting      | the gate passed (Canary Promoted) and the promoted revision is not fully   |
 |                | ready or routed yet, or replicas are ready but the ModelService does not   |
-|                | route to them yet (no URL, not Ready, or Routed not True)                  |
+|                | route to them yet (no URL, not Ready, Routed not True, or its weights not  |
+|                | computed from the deployment's revisions now; a re-test in place moves no  |
+|                | traffic, so routing at all is enough)                                      |
 | Ready          | replicas ready and the ModelService routes to them with a URL              |
 
-Deploying, SmokeTesting and Promoting are each written at least once in a rollout that
-passed the gate, even when the engine start, the measurement, the verdict and the traffic
-shift land between two reconciles of the WorkflowRun (a fast engine is measured in well under
-a second, and Crossplane may hold back a busy XR's watch events). The phase last written (the
-WorkflowRun's own observed status) decides: in a first rollout (the WorkflowRun has never
-reported an endpoint), coming from Validating or Pending to any phase past PullingWeights, the
-phase is PullingWeights for one reconcile (replicas that exist but are not staging yet stage
-their weights next: nothing but Validating or Pending is ever shown before PullingWeights),
-and it stays PullingWeights until the replicas are ready (a replica not staging yet and one
-loading what it staged report alike);
-coming from PullingWeights to a phase past
-Deploying, the phase is Deploying for one reconcile; coming from Deploying to a phase past the
-smoke test while the gate holds this run's Pass verdict (or in a first rollout, whose
-revision takes no traffic before it passed), it is SmokeTesting for one reconcile, and so it is
-coming from Validating or Pending in an update whose canary passed before the run's next
-reconcile
-(its message gives the verdict); coming from SmokeTesting to Ready, it is Promoting for one
-reconcile. Until a rollout is Ready its phase never steps back along PullingWeights,
-Deploying, SmokeTesting, Promoting: a replica that reports not ready again after a later step
-was written (its pod restarted, or a child's status lags) stays under the step reached, and
-the message says what it waits for. The function asks to be called again in a second
-each time. `kubectl get workflowrun -w` so always shows the seed's sequence; a restart changes
-nothing, since the last phase is read back from the object.
+**The walk.** The phase written is not the target itself: it advances from the phase last
+written (the WorkflowRun's own `status.phase`, read back, so a restart changes nothing) by at
+most one step along the seed's order Validating, PullingWeights, Deploying, SmokeTesting,
+Promoting, Ready toward the target, passing over only the steps that do not apply to this run,
+and asks to be called again at once (``Phase.trailing``) while it trails the target. Every
+interleaving of the children's reports between two reconciles so shows every step in order:
+
+- Which steps apply. PullingWeights only when the run brings up a new revision (a first
+  rollout, or a canary beside the stable revision: `status.canary.mode`) that stages weights;
+  Deploying and Promoting only when it brings up a new revision (a re-test in place starts
+  nothing and moves no traffic); SmokeTesting always (every run is tested).
+- A step written on the way carries what is already observed further along (SmokeTesting's
+  message gives the verdict and its figures).
+- Until Ready it never steps back: a child that reports an earlier state again (a pod
+  restarted, a status lagging) is told in the message under the step reached. After Ready the
+  run's walk is over and the phase is the target again (a restarting replica shows Deploying).
+- Where it starts. A fresh run (the written `workflowRunId` is another run's: the spec was
+  updated) starts before Validating, so Validating is always written first. Pending, and Failed
+  because the ModelDeployment cannot be reconciled, are written whenever observed, from any
+  step; the walk resumes after them as after Validating. RolledBack, and Failed by the gate,
+  come after SmokeTesting: the walk shows the steps up to the smoke test first.
+- A settled deployment (no revision under test, nothing just promoted, rolled back or failed)
+  gives the walk nothing to show but readiness and routing, except to a run's walk from its
+  start (a fresh run, or one at Validating), whose test already passed between two reconciles:
+  after Pending, or from a step a restarting replica made it write after Ready, the phase goes
+  to the target at once.
 
 ``endpoint`` is the ModelService URL once a stable revision serves behind it, so it stays
-set through a later update's canary, re-test, promotion or rollback, and is never set while a
-first rollout is tested.
+set through a later update's canary, re-test, promotion or rollback, and is never set before
+Promoting in a first rollout.
 """
 
 from __future__ import annotations
@@ -84,22 +94,18 @@ PHASES = (
 )
 
 CANARY = conditions.CANARY
-_PAST_PULLING = (DEPLOYING, SMOKE_TESTING, PROMOTING, READY)
-# the seed's steps of a first rollout, in order
-_STEPS = (PULLING_WEIGHTS, DEPLOYING, SMOKE_TESTING, PROMOTING)
+# the seed's order: the walk's steps
+ORDER = (VALIDATING, PULLING_WEIGHTS, DEPLOYING, SMOKE_TESTING, PROMOTING, READY)
 _HOLD = {
+    PULLING_WEIGHTS: "the weights are staging; ",
     DEPLOYING: "the engines are starting; ",
     SMOKE_TESTING: "the latency gate has measured or measures this revision; ",
     PROMOTING: "the revision passed the latency gate; ",
+    READY: "the run is complete and its endpoint serves; now: ",
 }
 
 # the message of a rollout whose ReplicasReady reason is Unschedulable, before ReplicasReady's
 UNSCHEDULABLE_PREFIX = "the kube-scheduler cannot place the engines' pods: "
-
-
-def _step(phase: str | None) -> int:
-    """1-based position among a first rollout's steps; 0 for any other phase."""
-    return _STEPS.index(phase) + 1 if phase in _STEPS else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +113,8 @@ class Phase:
     name: str
     message: str
     endpoint: str | None = None
+    # written on the way: the target is further along, and the next step is due at once
+    trailing: bool = False
 
 
 def _status(obj: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -144,84 +152,147 @@ def routed(service: Mapping[str, Any] | None, deployment: Mapping[str, Any] | No
     return False
 
 
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What the observed ModelDeployment says of this run, for the walk."""
+
+    new: bool  # it brings up a new revision (a first rollout, or a canary beside the stable)
+    settled: bool  # nothing of it is left to show but readiness and routing
+    revision: str | None  # the revision it tests (or tested)
+    verdict: contracts.Gate | None  # the gate's verdict in this run, once in
+
+    @classmethod
+    def of(cls, deployment: Mapping[str, Any] | None, run: str | None, first: bool) -> _Run:
+        revisions = contracts.Revisions.of(deployment)
+        canary = contracts.CanaryStatus.of(deployment)
+        this_run = run is None or canary.run == run
+        outcome = _cond(deployment, CANARY).get("reason")
+        promoted = this_run and outcome == conditions.PROMOTED
+        if this_run and canary.mode is not None:
+            new = canary.mode != contracts.IN_PLACE
+        else:
+            new = promoted or (
+                revisions.canary is not None and revisions.canary != revisions.stable
+            )
+        gate = canary.gate
+        decided = gate.decided and (run is None or gate.run == run)
+        return cls(
+            new=new or first,
+            settled=not revisions.canary
+            and outcome not in (conditions.PROMOTED, conditions.ROLLED_BACK, conditions.FAILED),
+            revision=revisions.canary or gate.revision or revisions.stable,
+            verdict=gate if decided else None,
+        )
+
+
 def derive(
     deployment: Mapping[str, Any] | None,
     service: Mapping[str, Any] | None,
     run: str | None = None,
-    previous: str | None = None,
-    first_rollout: bool = False,
+    written: Mapping[str, Any] | None = None,
+    stages_weights: bool = False,
 ) -> Phase:
-    """The phase for a valid spec (Failed on invalid input is decided by the caller), given the
-    phase last written (``previous``) and whether this is the run's first rollout (nothing
-    has served yet: the WorkflowRun never reported an endpoint)."""
-    phase = _derive(deployment, service, run)
-    gate = contracts.Gate.of(contracts.gate_at(_status(deployment)))
-    # this run's revision passed: the gate says so, or (its verdict acted on and cleared) the
-    # Canary condition says Promoted
-    promoted = _cond(deployment, CANARY).get("reason") == conditions.PROMOTED
-    passed = (gate.passed or promoted) and (
-        run is None or contracts.CanaryStatus.of(deployment).run == run
+    """The phase to write for a valid spec (Failed on invalid input is decided by the caller):
+    the target derived from what is observed, reached by the walk from ``written`` (the
+    WorkflowRun's own observed status: phase, workflowRunId, endpoint). Without a written phase
+    (a new object, or a preview) it is the target itself."""
+    target = _derive(deployment, service, run, stages_weights)
+    last = written or {}
+    previous = last.get("phase")
+    if previous not in PHASES or previous == target.name:
+        return target
+    if target.name == ROLLED_BACK or (target.name == FAILED and _gate_failed(deployment)):
+        goal = ORDER.index(PROMOTING)  # the steps up to the smoke test come first
+    elif target.name in (PENDING, FAILED):
+        return target
+    else:
+        goal = ORDER.index(target.name)
+    fresh = run is not None and last.get("workflowRunId") not in (None, run)
+    if fresh:
+        reached = -1  # an updated spec: its walk starts again, with Validating
+    elif previous in ORDER:
+        reached = ORDER.index(previous)
+    else:
+        reached = 0  # after Pending, Failed or RolledBack: as after Validating
+    first_rollout = not last.get("endpoint")
+    if goal <= reached:
+        here = ORDER[reached]
+        if goal == reached:
+            return target
+        # a run's phase only moves forward: what reports an earlier state again (a pod
+        # restarted, a replica added, a child's status lags a reconcile) is told under the
+        # step reached; after Ready, under Ready, until the next run
+        endpoint = _endpoint(target, here, first_rollout) or (
+            last.get("endpoint") if here == READY else None
+        )
+        return Phase(here, _HOLD[here] + target.message, endpoint)
+    this = _Run.of(deployment, run, first_rollout)
+    if this.settled and previous not in ORDER and not first_rollout:
+        return target  # after Pending (or Failed) of a settled deployment: nothing to show
+    for step in ORDER[reached + 1 : goal]:
+        if _applies(step, this, stages_weights):
+            message = _on_the_way(step, target, this, run)
+            return Phase(step, message, _endpoint(target, step, first_rollout), trailing=True)
+    return target
+
+
+def _gate_failed(deployment: Mapping[str, Any] | None) -> bool:
+    """The run failed its smoke test (not: its ModelDeployment cannot be reconciled)."""
+    if _cond(deployment, "Synced").get("status") == "False":
+        return False
+    return _cond(deployment, CANARY).get("reason") == conditions.FAILED or (
+        contracts.CanaryStatus.of(deployment).gate.verdict == contracts.FAIL
     )
-    measured = gate.revision or (_status(deployment).get("revisions") or {}).get("stable")
-    # a first revision takes no traffic until it passed, so reaching Promoting is a pass
-    passed = passed or first_rollout
-    # a phase held back in a first rollout reports no endpoint: nothing serves before Promoting
-    held = None if first_rollout else phase.endpoint
-    ready = _cond(deployment, conditions.REPLICAS_READY)
-    # pods the kube-scheduler cannot place: its message, whatever phase the rules below hold
-    unschedulable = ready.get("reason") == conditions.UNSCHEDULABLE
-    if first_rollout and previous in (VALIDATING, PENDING) and phase.name in _PAST_PULLING:
-        return Phase(
-            PULLING_WEIGHTS,
-            phase.message
-            if unschedulable
-            else "the replicas are created; their weights are staged before the engines start",
-            held,
-        )
-    if (
-        first_rollout
-        and previous == PULLING_WEIGHTS
-        and phase.name == DEPLOYING
-        and ready.get("status") != "True"
-    ):
-        # replicas that are not staging (not created yet, or loading what was staged) read
-        # alike: a first rollout stays PullingWeights until its replicas are ready
-        counts = ready.get("message") or "replicas not ready"
-        message = phase.message if unschedulable else f"staging and loading model weights: {counts}"
-        return Phase(PULLING_WEIGHTS, message, held)
-    if phase.name in (SMOKE_TESTING, PROMOTING, READY) and previous == PULLING_WEIGHTS:
-        return Phase(
-            DEPLOYING,
-            "the weights are staged and the engine has started; the latency gate measures it",
-            held,
-        )
-    if phase.name in (PROMOTING, READY) and previous in (VALIDATING, PENDING, DEPLOYING) and passed:
-        # an update's canary may be measured and promoted before this run's next reconcile
-        return Phase(
-            SMOKE_TESTING,
-            f"the latency gate measured revision {measured}: Pass; promoting it",
-            held,
-        )
-    reached = previous or ""
-    if reached in _HOLD and _step(reached) > _step(phase.name) > 0:
-        # a rollout only moves forward along the seed's steps until it is Ready: a replica
-        # that reports not ready again (its pod restarted, or a child's status lags a
-        # reconcile) is told in the message, under the step already reached
-        return Phase(reached, _HOLD[reached] + phase.message, held)
-    if phase.name == READY and previous == SMOKE_TESTING:
-        stable = (_status(deployment).get("revisions") or {}).get("stable")
-        return Phase(
-            PROMOTING,
-            f"revision {stable} passed the gate and its traffic has followed; Ready next",
-            phase.endpoint,
-        )
-    return phase
+
+
+def _applies(step: str, this: _Run, stages_weights: bool) -> bool:
+    if step == PULLING_WEIGHTS:
+        return this.new and stages_weights
+    if step in (DEPLOYING, PROMOTING):
+        return this.new
+    return True  # Validating, and SmokeTesting: every run is tested
+
+
+def _endpoint(target: Phase, step: str, first_rollout: bool) -> str | None:
+    """Nothing serves a first rollout before it is promoted."""
+    if first_rollout and ORDER.index(step) < ORDER.index(PROMOTING):
+        return None
+    return target.endpoint
+
+
+def _on_the_way(step: str, target: Phase, this: _Run, run: str | None) -> str:
+    """A step written while the target is further along: what it names happened, and what
+    is observed already."""
+    rev = this.revision or "?"
+    if step == SMOKE_TESTING:
+        verdict = this.verdict
+        if verdict is None and target.name in (ROLLED_BACK, FAILED):
+            return f"the latency gate measured revision {rev}; {target.message}"
+        if verdict is None:
+            return f"revision {rev} passed the latency gate; " + (
+                "promoting it" if this.new else "it serves on"
+            )
+        figures = contracts.figures(verdict.raw)
+        said = f"the latency gate measured revision {rev}: {verdict.verdict}"
+        said += f" ({figures})" if figures else ""
+        if not verdict.passed:
+            return f"{said}: {verdict.reason}" if verdict.reason else said
+        return f"{said}; " + ("promoting it" if this.new else "it serves on")
+    if step == PROMOTING:
+        return f"revision {rev} passed the latency gate and its traffic has followed; Ready next"
+    further = f"; further along already: {target.message}"
+    if step == VALIDATING:
+        return f"the ModelDeployment has taken up run {run}{further}"
+    if step == PULLING_WEIGHTS:
+        return f"revision {rev} staged its model weights{further}"
+    return f"the engines of revision {rev} started{further}"
 
 
 def _derive(
     deployment: Mapping[str, Any] | None,
     service: Mapping[str, Any] | None,
     run: str | None,
+    stages_weights: bool = False,
 ) -> Phase:
     if deployment is None:
         return Phase(VALIDATING, "spec is valid; the ModelDeployment is being created")
@@ -256,20 +327,18 @@ def _derive(
         why = scheduled.get("message") or scheduled.get("reason") or ""
         return Phase(PENDING, f"replicas are not scheduled yet: {why}".rstrip(": "), endpoint)
     if canary and canary_cond.get("reason") == conditions.AWAITING_VERDICT:
-        return _testing(deployment, canary, stable, endpoint)
+        return _testing(deployment, canary, stable, endpoint, stages_weights)
     replicas_ready = ready.get("status") == "True"
-    is_routed = routed(service, deployment)
+    in_place = contracts.CanaryStatus.of(deployment).mode == contracts.IN_PLACE
+    # a re-test in place moves no traffic: the service routing at all is enough
+    is_routed = routed(service, None if in_place else deployment)
     if canary_cond.get("reason") == conditions.PROMOTED and not (replicas_ready and is_routed):
         return Phase(
             PROMOTING, f"revision {stable} passed the gate; shifting traffic to it", endpoint
         )
     if not replicas_ready:
         counts = ready.get("message") or "replicas not ready"
-        if ready.get("reason") == conditions.PULLING_WEIGHTS:
-            return Phase(PULLING_WEIGHTS, f"staging model weights: {counts}", endpoint)
-        if ready.get("reason") == conditions.UNSCHEDULABLE:
-            return Phase(DEPLOYING, f"{UNSCHEDULABLE_PREFIX}{counts}", endpoint)
-        return Phase(DEPLOYING, f"starting engines: {counts}", endpoint)
+        return _coming_up(ready.get("reason"), None, counts, stages_weights, endpoint)
     if not is_routed:
         why = _cond(service, conditions.ROUTED).get("message") or "it has no URL or is not Ready"
         return Phase(
@@ -280,8 +349,40 @@ def _derive(
     return Phase(READY, f"serving at {url}", url)
 
 
+def _coming_up(
+    readiness: str | None,
+    revision: str | None,
+    why: str,
+    stages_weights: bool,
+    endpoint: str | None,
+) -> Phase:
+    """Replicas that are not ready, by the reason their parent reports (ReplicasReady's, or
+    the revision under test's readiness): staging weights, or starting their engines.
+    ``revision`` names the revision under test (None: the serving one)."""
+    what = revision or "engines"
+    if readiness == conditions.PULLING_WEIGHTS:
+        of = f" of {revision}" if revision else ""
+        return Phase(PULLING_WEIGHTS, f"staging the model weights{of}: {why}", endpoint)
+    if readiness == conditions.UNSCHEDULABLE:
+        # nothing has started: with weights to stage, staging is what comes next
+        name = PULLING_WEIGHTS if stages_weights else DEPLOYING
+        said = UNSCHEDULABLE_PREFIX + why
+        return Phase(name, f"starting {revision}: {said}" if revision else said, endpoint)
+    if readiness in (conditions.STARTING, conditions.AVAILABLE) or not stages_weights:
+        return Phase(DEPLOYING, f"starting {what}: {why}", endpoint)
+    return Phase(
+        PULLING_WEIGHTS,
+        f"{what}: the replicas are placed; their weights stage before the engines start: {why}",
+        endpoint,
+    )
+
+
 def _testing(
-    deployment: Mapping[str, Any], canary: str, stable: str | None, endpoint: str | None
+    deployment: Mapping[str, Any],
+    canary: str,
+    stable: str | None,
+    endpoint: str | None,
+    stages_weights: bool,
 ) -> Phase:
     """A revision awaits the gate: it is coming up (PullingWeights, Deploying) or measured."""
     gate = contracts.Gate.of(contracts.gate_at(_status(deployment)))
@@ -292,15 +393,22 @@ def _testing(
     )
     if gate.revision not in (None, canary) or not measuring:
         why = gate.message or gate_cond.get("message") or "its replicas are not ready"
-        if not stable and ready.get("reason") == conditions.PULLING_WEIGHTS:
-            counts = ready.get("message") or "replicas not ready"
-            return Phase(PULLING_WEIGHTS, f"staging model weights: {counts}", endpoint)
-        if not stable and ready.get("reason") == conditions.UNSCHEDULABLE:
-            why = UNSCHEDULABLE_PREFIX + (ready.get("message") or "replicas not ready")
-        what = "first revision" if not stable else "canary revision"
         if stable == canary:
-            what = "revision"
-        return Phase(DEPLOYING, f"starting {what} {canary}: {why}", endpoint)
+            # nothing starts: the serving pods are measured as soon as the gate gets to them
+            return Phase(
+                SMOKE_TESTING,
+                f"the latency gate is about to re-test revision {canary} in place (its traffic "
+                f"unchanged): {why}",
+                endpoint,
+            )
+        # the revision under test's readiness; a first revision's is ReplicasReady's too
+        readiness = contracts.CanaryStatus.of(deployment).readiness
+        if readiness is None and not stable:
+            readiness = ready.get("reason")
+        if readiness == conditions.UNSCHEDULABLE and not stable:
+            why = ready.get("message") or why
+        what = f"first revision {canary}" if not stable else f"canary revision {canary}"
+        return _coming_up(readiness, what, why, stages_weights, endpoint)
     if stable == canary:
         what = f"re-testing revision {canary} in place (its traffic unchanged)"
     elif stable:

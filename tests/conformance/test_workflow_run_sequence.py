@@ -135,7 +135,9 @@ class ControlPlane:
             seen.append(observed(self.run_composed["model-deployment"], self.md_status))
         if self.ms_status is not None:
             seen.append(observed(self.run_composed["model-service"], self.ms_status))
-        out, self.run_composed = self.render("workflowruns.yaml", self.run_xr, seen, FLEET)
+        # the WorkflowRun as it reads back: its spec, and the status the last reconcile wrote
+        xr = {**self.run_xr, "status": self.run_status} if self.run_status else self.run_xr
+        out, self.run_composed = self.render("workflowruns.yaml", xr, seen, FLEET)
         self.run_status = out["status"]
         if not self.phases or self.phases[-1] != self.run_status["phase"]:
             self.phases.append(self.run_status["phase"])
@@ -204,9 +206,11 @@ def create(plane: ControlPlane, engine_url: str) -> str:
     plane.deployment(None, {})  # the first revision is placed: under test, no traffic
     revision = plane.md_status["revisions"]["canary"]
     engines = {revision: engine_url}
-    plane.workflow_run()  # Deploying
+    plane.workflow_run()  # PullingWeights: placed, its weights stage first
     plane.deployment(replica_status(False, "PullingWeights"), engines)
     plane.workflow_run()  # PullingWeights
+    plane.deployment(replica_status(False, "Starting"), engines)
+    plane.workflow_run()  # Deploying
     plane.deployment(READY, engines)
     plane.workflow_run()  # SmokeTesting
     plane.service()
@@ -234,9 +238,14 @@ def test_the_create_sequence_shows_every_phase_and_smoke_tests_once(
         engines = {revision: engine.url}
         assert plane.md_status["revisions"] == {"canary": revision}  # no stable: no traffic
         assert plane.md_status["canary"]["trafficPercent"] == 0
-        assert plane.workflow_run()["phase"] == "Deploying"
-        plane.deployment(replica_status(False, "PullingWeights"), engines)
+        # placed, not started: the weights stage first
         assert plane.workflow_run()["phase"] == "PullingWeights"
+        plane.deployment(replica_status(False, "PullingWeights"), engines)
+        assert plane.md_status["canary"]["readiness"] == "PullingWeights"
+        assert plane.workflow_run()["phase"] == "PullingWeights"
+        plane.deployment(replica_status(False, "Starting"), engines)
+        assert plane.md_status["canary"]["readiness"] == "Starting"
+        assert plane.workflow_run()["phase"] == "Deploying"
         plane.deployment(READY, engines)
         assert plane.md_status["canary"]["gate"]["state"] == "Measuring"
         status = plane.workflow_run()
@@ -260,8 +269,8 @@ def test_the_create_sequence_shows_every_phase_and_smoke_tests_once(
 
     assert plane.phases == [
         "Validating",
-        "Deploying",
         "PullingWeights",
+        "Deploying",
         "SmokeTesting",
         "Promoting",
         "Ready",
@@ -294,8 +303,12 @@ def test_updates_are_fresh_runs_a_failing_canary_rolls_back_and_unchanged_pods_a
         assert plane.md_status["revisions"] == {"stable": stable, "canary": canary}
         assert plane.md_status["canary"]["trafficPercent"] == 5
         engines = {stable: fast.url, canary: slow.url}
-        plane.workflow_run()  # Deploying: the canary's replicas are not observed yet
+        # the canary's replicas are placed, not observed yet: its weights stage first
+        assert plane.workflow_run()["phase"] == "PullingWeights"
         plane.deployment(READY, engines)
+        assert plane.md_status["canary"]["gate"]["state"] == "Measuring"
+        # measured already: Deploying is written on the way, and the next step asked for at once
+        assert plane.workflow_run()["phase"] == "Deploying"
         assert plane.workflow_run()["phase"] == "SmokeTesting"
         gate = plane.until_verdict(READY, engines)
         assert (gate["verdict"], gate["revision"]) == ("Fail", canary)
@@ -303,7 +316,13 @@ def test_updates_are_fresh_runs_a_failing_canary_rolls_back_and_unchanged_pods_a
         status = plane.workflow_run()
         assert (status["phase"], status["endpoint"]) == ("RolledBack", endpoint)
         assert "(budget 100 ms)" in condition({"status": status}, "Serving")["message"]
-        assert plane.phases == ["Validating", "Deploying", "SmokeTesting", "RolledBack"]
+        assert plane.phases == [
+            "Validating",
+            "PullingWeights",
+            "Deploying",
+            "SmokeTesting",
+            "RolledBack",
+        ]
         assert len(slow.requests) == PROMPTS
 
         # update 2: only the budgets change: the serving pods are re-tested in place

@@ -42,9 +42,9 @@ KWOK = TOOLS / "kwok"
 # takes to load them and pass its readiness probe. A ModelReplica reports PullingWeights from
 # its first reconcile after its Deployment has pods (a watched change) until it reads the pods'
 # finished init containers back (each pod's observe-only Object, refreshed on provider-
-# kubernetes' poll), so the staging time spans several provider polls and that chain under load;
-# Deploying is written for at least one reconcile after PullingWeights however soon the engine
-# is up (functions/workflow_run/phases.py). kwok sees its own writes a few seconds late here
+# kubernetes' poll), then Starting until a copy is available: the WorkflowRun's PullingWeights
+# and Deploying; its phase walk writes every step in order however soon the engine is up
+# (functions/workflow_run/phases.py). kwok sees its own writes a few seconds late here
 # (its pod watch is restarted while it asks for streaming lists the API server refuses on this
 # etcd), so each stage lasts up to ~7 s longer than its delay: seen 28 s and 15-22 s.
 STAGING_SECONDS = 20.0

@@ -331,6 +331,27 @@ def _with_workloads_reason(
             id="none-pulling",
         ),
         pytest.param(
+            {0: (False, "Starting"), 1: (False, "Starting"), 2: (False, "Starting")},
+            "False",
+            "Starting",
+            "0 of 3 replicas ready; engines starting: {0}, {1}, {2}",
+            id="all-starting",
+        ),
+        pytest.param(
+            {0: (False, "Starting"), 1: (False, "Waiting"), 2: (True, "Available")},
+            "False",
+            "Waiting",
+            "1 of 3 replicas ready",
+            id="one-starting-one-not-yet",
+        ),
+        pytest.param(
+            {0: (False, "Starting"), 1: (False, "PullingWeights"), 2: (False, "Starting")},
+            "False",
+            "PullingWeights",
+            "0 of 3 replicas ready; pulling weights: {1}",
+            id="pulling-wins-over-starting",
+        ),
+        pytest.param(
             {0: (True, "PullingWeights")},  # a stale reason on a Ready replica is not pulling
             "False",
             "Waiting",

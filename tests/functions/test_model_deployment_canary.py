@@ -85,7 +85,14 @@ def test_a_change_starts_canary_replicas_beside_the_stable_ones(stable) -> None:
     assert by_revision(out, "ModelEndpoint") == {rev_a: 4, rev_b: 1}
     status = out.xr["status"]
     assert status["revisions"] == {"stable": rev_a, "canary": rev_b}
-    assert status["canary"] == {"revision": rev_b, "trafficPercent": 25, "replicas": 1}
+    assert status["canary"] == {
+        "revision": rev_b,
+        "trafficPercent": 25,
+        "replicas": 1,
+        "mode": "Canary",
+        "readyReplicas": 0,
+        "readiness": "Waiting",
+    }
     assert status["replicas"]["total"] == 4
     cond = condition(out, "Canary")
     assert (cond["status"], cond["reason"]) == ("False", "AwaitingVerdict")
@@ -112,6 +119,29 @@ def test_pass_promotes_the_canary(stable) -> None:
     assert out.xr["status"]["revisions"] == {"stable": rev_b}
     cond = condition(out, "Canary")
     assert (cond["status"], cond["reason"]) == ("True", "Promoted")
+
+
+def test_the_mode_stays_beside_the_verdict_once_steady(stable) -> None:
+    """A parent reading a steady deployment tells a promoted canary from a re-test in place."""
+    changed, observed, rev_a, rev_b = start_canary(stable)
+    run_id = "r-0123456789"
+    changed["spec"]["canary"]["runId"] = run_id
+    testing = run(with_status(changed, revisions={"stable": rev_a}), observed).xr["status"]
+    assert testing["canary"]["mode"] == "Canary"
+    gate = {"verdict": "Pass", "revision": rev_b, "run": run_id, **GATE_FIGURES}
+    testing["canary"]["gate"] = gate
+    promoted = run(with_status(changed, **testing), observed)
+    assert condition(promoted, "Canary")["reason"] == "Promoted"
+    assert promoted.xr["status"]["canary"]["mode"] == "Canary"
+    steady = run(with_status(changed, **promoted.xr["status"]), as_observed(promoted.composed))
+    assert condition(steady, "Canary")["reason"] == "Stable"
+    assert steady.xr["status"]["canary"]["mode"] == "Canary"
+    assert steady.xr["status"]["canary"]["gate"]["verdict"] == "Pass"
+    # a later run re-tests the same pods in place
+    changed["spec"]["canary"]["runId"] = "r-abcdefabcd"
+    retest = run(with_status(changed, **steady.xr["status"]), as_observed(steady.composed))
+    assert retest.xr["status"]["canary"]["mode"] == "InPlace"
+    assert retest.xr["status"]["revisions"] == {"stable": rev_b, "canary": rev_b}
 
 
 def test_fail_rolls_back_and_says_why(stable) -> None:
@@ -259,6 +289,34 @@ def test_a_canary_pulling_weights_does_not_make_replicas_ready_say_so(stable) ->
     ready = condition(run(xr, observed), "ReplicasReady")
     assert ready["reason"] == "PullingWeights"
     assert ready["message"] == f"3 of 4 replicas ready; pulling weights: {waiting}"
+
+
+@pytest.mark.parametrize(
+    ("canary_reason", "ready", "readiness"),
+    [
+        ("PullingWeights", "False", "PullingWeights"),
+        ("Starting", "False", "Starting"),
+        ("Unschedulable", "False", "Unschedulable"),
+        ("Waiting", "False", "Waiting"),
+        ("Available", "True", "Available"),
+    ],
+)
+def test_the_canary_says_whether_its_weights_stage_or_its_engines_start(
+    stable, canary_reason: str, ready: str, readiness: str
+) -> None:
+    """ReplicasReady counts the stable revision; status.canary says the same of the revision
+    under test, so the WorkflowRun tells the canary's PullingWeights from its Deploying."""
+    changed, observed, rev_a, rev_b = start_canary(stable)
+    conds = [
+        {"type": "Ready", "status": ready},
+        {"type": "WorkloadsReady", "status": ready, "reason": canary_reason},
+    ]
+    _mark(observed, lambda o: o["metadata"]["labels"]["modelplane.ai/revision"] == rev_b, conds)
+    xr = with_status(changed, revisions={"stable": rev_a, "canary": rev_b})
+    out = run(xr, observed)
+    canary = out.xr["status"]["canary"]
+    assert (canary["readyReplicas"], canary["readiness"]) == (int(ready == "True"), readiness)
+    assert condition(out, "ReplicasReady")["reason"] == "Available"  # the stable four
 
 
 def test_traffic_percent_defaults_to_five_in_xrd_and_model() -> None:

@@ -117,14 +117,9 @@ def test_one_copy_available_and_one_unschedulable_is_unschedulable() -> None:
     "conds",
     [
         pytest.param([], id="no-conditions-yet"),
-        pytest.param([{"type": "PodScheduled", "status": "True"}], id="scheduled"),
         pytest.param(
             [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}],
             id="gated",
-        ),
-        pytest.param(
-            [{"type": "PodScheduled", "status": "True"}, {**UNSCHEDULABLE, "type": "Ready"}],
-            id="other-condition-type",
         ),
     ],
 )
@@ -133,6 +128,35 @@ def test_pods_pending_for_other_reasons_keep_todays_message(conds: list[dict]) -
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.reason, cond.message) == (conditions.WAITING, WAITS)
     assert warnings(rsp) == []
+
+
+@pytest.mark.parametrize(
+    "conds",
+    [
+        pytest.param([{"type": "PodScheduled", "status": "True"}], id="scheduled"),
+        pytest.param(
+            [{"type": "PodScheduled", "status": "True"}, {**UNSCHEDULABLE, "type": "Ready"}],
+            id="other-condition-type",
+        ),
+    ],
+)
+def test_placed_pods_of_an_engine_that_stages_nothing_are_starting(conds: list[dict]) -> None:
+    """Its pods are on nodes and nothing is downloaded first: the engine itself starts."""
+    rsp = starting(READY.xr, pod(conds=conds))
+    cond = condition(rsp, conditions.WORKLOADS_READY)
+    assert (cond.reason, cond.message) == (
+        conditions.STARTING,
+        "engine qwen3-8b is starting: its Deployment qwen3-8b-eks-l4-0-qwen3-8b has pods on "
+        "nodes, 0/1 copies available",
+    )
+    assert warnings(rsp) == []
+
+
+def test_one_pod_placed_and_one_not_is_waiting_not_starting() -> None:
+    scheduled = pod(conds=[{"type": "PodScheduled", "status": "True"}])
+    waiting = pod(name=POD[:-5] + "zzzzz", conds=[])
+    rsp = starting(READY.xr, scheduled, waiting, status={"replicas": 2, "availableReplicas": 0})
+    assert condition(rsp, conditions.WORKLOADS_READY).reason == conditions.WAITING
 
 
 def test_a_staging_pod_still_says_pulling_weights() -> None:

@@ -356,7 +356,7 @@ def test_a_starting_staged_engine_watches_its_pods() -> None:
         ),
         pytest.param(
             {"terminated": {"exitCode": 0, "reason": "Completed"}},
-            conditions.WAITING,
+            conditions.STARTING,
             "engine qwen3-8b is loading its weights (staged into /models)",
             id="init-done-engine-loading",
         ),

@@ -44,24 +44,27 @@ def test_a_first_revision_says_the_scheduler() -> None:
         pytest.param(
             "Pending",
             False,
-            "the replicas are created; their weights are staged before the engines start",
+            "first revision b: the replicas are placed; their weights stage before the engines "
+            "start: its replicas are not ready",
             id="after-pending-waiting",
         ),
         pytest.param(
             "PullingWeights", True, f"starting first revision b: {SAID}", id="after-pulling"
         ),
-        pytest.param(
-            "PullingWeights",
-            False,
-            "staging and loading model weights: 0 of 1 replicas ready",
-            id="after-pulling-waiting",
-        ),
     ],
 )
-def test_a_first_rollout_keeps_its_phase_and_says_the_scheduler(
+def test_a_first_rollout_that_stages_weights_says_the_scheduler_under_pulling_weights(
     previous: str, unschedulable: bool, message: str
 ) -> None:
+    """Nothing has started while a pod cannot be placed: with weights to stage, staging is
+    what comes next, and the message is the scheduler's."""
     ready = UNSCHEDULABLE if unschedulable else WAITING
     md = _md(_FIRST, {"state": "Waiting"}, _SCHEDULED, ready, _AWAITING)
-    phase = phases.derive(md, None, previous=previous, first_rollout=True)
+    phase = phases.derive(md, None, written={"phase": previous}, stages_weights=True)
     assert (phase.name, phase.message) == ("PullingWeights", message)
+
+
+def test_without_weights_to_stage_an_unplaceable_first_revision_is_deploying() -> None:
+    md = _md(_FIRST, {"state": "Waiting"}, _SCHEDULED, UNSCHEDULABLE, _AWAITING)
+    phase = phases.derive(md, None, written={"phase": "Validating"}, stages_weights=False)
+    assert (phase.name, phase.message) == ("Deploying", f"starting first revision b: {SAID}")
