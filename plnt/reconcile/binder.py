@@ -147,12 +147,19 @@ class ClusterOutcome:
 
 
 class Binder:
-    def __init__(self, api: client.ApiClient, namespace: str = "plnt-system") -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str = "plnt-system",
+        forget_lost: set[str] | None = None,
+    ) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.instance = socket.gethostname()
         self._said: dict[tuple[str, str], str] = {}  # (kind, name): the problem last reported
+        # Clusters whose lost ledger (both copies gone) an operator chose to start again.
+        self.forget_lost = forget_lost or set()
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -363,6 +370,8 @@ class Binder:
         counted = _Lazy(self._counted_view)
         # the ledgers first, then the replicas
         read = self.read_ledgers(set(clusters), lambda c: counted().get(c, 0))
+        for name in sorted(self.forget_lost & set(clusters)):
+            read[name] = self._forgotten(name, read[name])
         quota_read = self.read_quota_ledgers(set(quotas), lambda q: _quota_counted(quotas[q]))
         self._remove_orphan_quota_ledgers(set(quotas))
         replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
@@ -420,6 +429,28 @@ class Binder:
             held = quota_read[name]
             self._report_quota(quotas[name], held.closed, held.rebuilt)
         return outcomes
+
+    def _forgotten(
+        self, cluster: str, held: ledgers.Held[ledgers.Ledger]
+    ) -> ledgers.Held[ledgers.Ledger]:
+        """A lost ledger started again, on the operator's word (`--forget-lost-ledger`): empty,
+        at the last sequence counted, both copies written in this pass, so the published copy
+        goes from missing to holding every replica that fits, never to empty. Any other ledger
+        is left as it is."""
+        closed = held.closed
+        if closed is None or closed.reason != ledgers.LEDGER_LOST:
+            log.warning("cluster %s: its ledger is not lost; nothing forgotten", cluster)
+            return held
+        log.warning("cluster %s: its lost ledger is forgotten; its replicas bind again", cluster)
+        return ledgers.Held(
+            ledgers.Ledger(cluster=cluster, sequence=closed.sequence),
+            None,
+            None,
+            write_record=True,
+            publish=True,
+            rebuilt=f"{self._where(ledger_name(cluster))} and its record, started again empty",
+            forgotten=True,
+        )
 
     def _reserve(
         self,
@@ -580,8 +611,13 @@ class Binder:
             last = state
             pools = ledgers.pools_of(cluster, classes)
             mine = [r for r in replicas if r.cluster == name]
+            # A forgotten ledger binds first the replicas that were bound there (by their
+            # annotations: they are most likely serving); all are proposals, checked as any.
+            first = frozenset(
+                r.key for r in mine if held.forgotten and r.state.state == binding.BOUND
+            )
             decision = ledgers.decide(
-                state, mine, pools, alive={r.uid for r in replicas}, refuse=refuse
+                state, mine, pools, alive={r.uid for r in replicas}, refuse=refuse, first=first
             )
             if not self.commit(CLUSTER_LEDGERS, name, held, decision.ledger, decision.changed):
                 outcome.conflicts += 1

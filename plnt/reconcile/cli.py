@@ -4,6 +4,7 @@ proposed ModelReplicas to capacity (docs/scheduler.md, "Binding").
     plnt reconcile [--kubeconfig PATH] [--prometheus-url URL] [--interval SECONDS] [--once]
                    [--max-step N] [--stabilization-seconds S] [--health-address HOST:PORT]
                    [--bind | --bind-only] [--bind-interval SECONDS] [--ledger-namespace NS]
+                   [--forget-lost-ledger CLUSTER]
 
 With --once it lists ModelDeployments, makes one pass, prints one line per ModelDeployment and
 exits (1 if any write failed). Otherwise it watches ModelDeployments and reconciles every
@@ -73,6 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="plnt-system",
         help="namespace of the per-cluster ledger ConfigMaps (must exist)",
     )
+    p.add_argument(
+        "--forget-lost-ledger",
+        action="append",
+        default=[],
+        metavar="CLUSTER",
+        help="with --bind-only --once: start a new ledger for CLUSTER, whose two ledger "
+        "ConfigMaps are both gone and no backup is left; its replicas are bound again oldest "
+        "first (docs/reconciler.md)",
+    )
     return p
 
 
@@ -102,6 +112,8 @@ def _check(args: argparse.Namespace) -> str:
         return "--stale-after must be > 0"
     if args.bind_interval <= 0:
         return "--bind-interval must be > 0"
+    if args.forget_lost_ledger and not (args.bind_only and args.once):
+        return "--forget-lost-ledger is one decision: give it with --bind-only --once"
     return ""
 
 
@@ -211,7 +223,11 @@ def _bind(args: argparse.Namespace, api: object, stop: threading.Event | None = 
     every --bind-interval until SIGTERM (or `stop`)."""
     from plnt.reconcile import binder
 
-    b = binder.Binder(api, namespace=args.ledger_namespace)  # type: ignore[arg-type]
+    b = binder.Binder(
+        api,  # type: ignore[arg-type]
+        namespace=args.ledger_namespace,
+        forget_lost=set(args.forget_lost_ledger),
+    )
     if args.once:
         try:
             outcomes = b.bind_once()

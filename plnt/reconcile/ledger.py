@@ -88,13 +88,15 @@ def decide(
     *,
     alive: set[str],
     refuse: Mapping[str, str] | None = None,
+    first: frozenset[str] = frozenset(),
 ) -> Decision:
     """The next ledger for this cluster and what to write on its replicas.
 
     `replicas`: those whose spec.clusterName is this cluster; `alive`: the uids of every
     ModelReplica in the list (read after the ledger); `pools`: this cluster's pools, empty;
     `refuse`: replicas (by key) tenancy keeps off it and why (the cluster's fence, a quota):
-    never committed, whatever their annotations say (an entry committed before is kept).
+    never committed, whatever their annotations say (an entry committed before is kept);
+    `first`: proposals (by key) tried before the others, oldest first among themselves.
     """
     refuse = refuse or {}
     entries = dict(ledger.entries)
@@ -123,7 +125,7 @@ def decide(
 
     refused: dict[str, str] = {}
     bound: list[str] = []
-    for r in sorted(replicas, key=lambda r: (r.created, r.key)):
+    for r in sorted(replicas, key=lambda r: (r.key not in first, r.created, r.key)):
         if r.key in entries:
             continue
         if r.key in refuse:
@@ -402,6 +404,7 @@ class Held(Generic[LedgerT]):
     publish: bool = False  # the published copy is gone or behind the record: write it
     closed: Closed | None = None
     rebuilt: str = ""  # what is being rebuilt from what (for people)
+    forgotten: bool = False  # a lost ledger an operator chose to start again (empty)
 
 
 def hold(

@@ -647,3 +647,33 @@ def test_an_unreadable_quota_ledger_refuses_its_namespaces_and_keeps_its_status(
     b.bind_once()
     assert {s.state for s in states(kube_apiserver, [first, second]).values()} == {binding.BOUND}
     assert kube_apiserver.admin.get(path).json()["status"]["replicas"] == 2
+
+
+def test_a_lost_ledger_forgotten_binds_its_replicas_again(kube_apiserver, api, cluster_name):
+    """No backup: `plnt reconcile --bind-only --once --forget-lost-ledger CLUSTER` starts a new
+    ledger in one pass, its replicas bound again oldest first as far as they fit; a ledger that
+    is not lost is never forgotten."""
+    teams = [make_replica(kube_apiserver, cluster_name, 3) for _ in range(2)]
+    binder.Binder(api).bind_once()
+    before = binder.Binder(api).read_ledger(cluster_name).state
+    assert before is not None and before.sequence == 1
+    untouched = binder.Binder(api, forget_lost={cluster_name})
+    assert _outcome(untouched, cluster_name).rebuilt == ""  # readable: nothing forgotten
+    assert binder.Binder(api).read_ledger(cluster_name).state == before
+    for name in (binder.ledger_name(cluster_name), binder.record_name(cluster_name)):
+        assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{name}").status_code == 200
+    late = make_replica(kube_apiserver, cluster_name, 3)
+    assert _outcome(binder.Binder(api), cluster_name).closed is not None
+
+    outcome = _outcome(binder.Binder(api, forget_lost={cluster_name}), cluster_name)
+    assert (outcome.closed, outcome.bound, len(outcome.refused)) == (None, 2, 1)
+    assert outcome.rebuilt.endswith("and its record, started again empty")
+    held = binder.Binder(api).read_ledger(cluster_name)
+    assert held.state is not None and held.state.sequence == 2  # after the last one counted
+    assert sorted(held.state.entries) == sorted(f"{t}/r-0" for t in teams)
+    found = states(kube_apiserver, [*teams, late])
+    assert [found[t].state for t in (*teams, late)] == [
+        binding.BOUND,
+        binding.BOUND,
+        binding.REFUSED_STATE,
+    ]

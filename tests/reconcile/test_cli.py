@@ -154,3 +154,20 @@ def test_the_long_running_loop_serves_probes_and_stops_on_sigterm(kube_apiserver
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err[-2000:]
     assert "team-a/llama: 1 -> 4 (ScaleUp)" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--forget-lost-ledger", "lab-h100"],
+        ["--bind-only", "--forget-lost-ledger", "lab-h100"],
+        ["--bind", "--once", "--forget-lost-ledger", "lab-h100"],
+    ],
+)
+def test_forgetting_a_lost_ledger_is_one_binder_pass_only(argv, capsys) -> None:
+    from plnt.reconcile import cli
+
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == (
+        "plnt reconcile: --forget-lost-ledger is one decision: give it with --bind-only --once\n"
+    )
