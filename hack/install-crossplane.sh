@@ -18,6 +18,7 @@ fi
 command -v go >/dev/null || { echo "go is required to build the Crossplane CLI" >&2; exit 1; }
 mkdir -p "$bin"
 echo "building the Crossplane CLI $version (crank) into .tools/bin ..." >&2
+start=$SECONDS
 dir="$(GOFLAGS=-mod=mod go mod download -json "github.com/crossplane/crossplane/v2@$version" \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
 (cd "$dir" && go build -trimpath \
@@ -26,3 +27,4 @@ dir="$(GOFLAGS=-mod=mod go mod download -json "github.com/crossplane/crossplane/
 ln -sf crank "$bin/crossplane"
 rm -f "$bin"/.crank-*
 touch "$stamp"
+echo "the Crossplane CLI built in $((SECONDS - start)) s" >&2

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import shutil
 import ssl
 import subprocess
 import time
@@ -23,7 +22,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.reconcile.apiserver import KUBE_VERSION, TOOLS, free_port
+from tests.reconcile.apiserver import ETCD, INSTALL_ETCD, KUBE_VERSION, TOOLS, free_port
 from tests.robustness import certs
 
 KUBE_APISERVER = TOOLS / "kube-apiserver"
@@ -98,8 +97,8 @@ class Processes:
 
 def missing_binaries() -> list[str]:
     gaps = [str(b) for b in (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBECTL) if not b.is_file()]
-    if shutil.which("etcd") is None:
-        gaps.append("etcd (Debian package etcd-server)")
+    if not ETCD.is_file():
+        gaps.append(f"{ETCD} (built by hack/{INSTALL_ETCD.name})")
     return gaps
 
 
@@ -156,7 +155,7 @@ class APIServer:
         procs.start(
             f"{name}-etcd",
             [
-                "etcd",
+                str(ETCD),
                 f"--data-dir={workdir / 'etcd'}",
                 f"--name={name}",
                 f"--listen-client-urls=http://127.0.0.1:{client}",
