@@ -125,12 +125,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="plnt-replica-start-") as tmp:
         results = measure(pathlib.Path(tmp), args.replicas)
     print(f"{version}; kwok's delays: staging {staging:.0f} s, engine start {engine:.0f} s")
-    print("seconds from the pod's creation:   started  initialized  ready  (ready - delays)")
+    print("seconds from each pod's creation to: started  initialized  ready  (ready - delays)")
     for i, r in enumerate(results):
         lag = r["ready"] - staging - engine
         print(
-            f"  replica-{i}{'':22} {r['started']:7.0f} {r['initialized']:12.0f} "
-            f"{r['ready']:6.0f}  {lag:+.0f}"
+            f"  replica-{i:<24} {r['started']:9.0f} {r['initialized']:12.0f} {r['ready']:6.0f}"
+            f"  {lag:+.0f}"
         )
     median = statistics.median(r["ready"] for r in results)
     print(f"median pod creation to Ready: {median:.0f} s (the delays: {staging + engine:.0f} s)")

@@ -44,9 +44,9 @@ KWOK = TOOLS / "kwok"
 # finished init containers back (each pod's observe-only Object, refreshed on provider-
 # kubernetes' poll), then Starting until a copy is available: the WorkflowRun's PullingWeights
 # and Deploying; its phase walk writes every step in order however soon the engine is up
-# (functions/workflow_run/phases.py). kwok sees its own writes a few seconds late here
-# (its pod watch is restarted while it asks for streaming lists the API server refuses on this
-# etcd), so each stage lasts up to ~7 s longer than its delay: seen 28 s and 15-22 s.
+# (functions/workflow_run/phases.py). kwok's watches stream without restarts on etcd 3.6, so a
+# pod is Ready about the sum of these delays after its creation (tests/e2e/replica_start.py
+# measures it beside them).
 STAGING_SECONDS = 20.0
 ENGINE_START_SECONDS = 4.0
 # kwok's heartbeat, well inside the node lifecycle controller's grace period (50 s)
