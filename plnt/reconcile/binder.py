@@ -32,6 +32,7 @@ import dataclasses
 import datetime
 import json
 import logging
+import os
 import socket
 from collections.abc import Callable, Mapping
 from typing import Any, Generic
@@ -54,6 +55,12 @@ LEDGER_LABEL = binding.LEDGER_LABEL
 COMPONENT = "plnt-binder"
 EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects live there, as for Nodes
 MAX_ATTEMPTS = 8  # per cluster and pass; a conflict means someone else made progress
+# Test-only fault injection (docs/reconciler.md, "Testing restarts"): when this environment
+# variable is set, the process exits right after a cluster's ledger commit that has replicas to
+# annotate, before writing any annotation, as a crash at that point would. The live restart test
+# (tests/e2e/test_restarts.py) shows that a binder started again finishes what was committed.
+CRASH_AFTER_LEDGER_WRITE = "PLNT_TEST_CRASH_AFTER_LEDGER_WRITE"
+CRASH_EXIT_CODE = 86
 
 
 def _meta(obj: client.V1ConfigMap | client.V1Namespace) -> client.V1ObjectMeta:
@@ -160,6 +167,7 @@ class Binder:
         self._said: dict[tuple[str, str], str] = {}  # (kind, name): the problem last reported
         # Clusters whose lost ledger (both copies gone) an operator chose to start again.
         self.forget_lost = forget_lost or set()
+        self.crash_after_ledger_write = bool(os.environ.get(CRASH_AFTER_LEDGER_WRITE))
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -625,6 +633,8 @@ class Binder:
                 replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
                 continue
             outcome.rebuilt = held.rebuilt
+            if self.crash_after_ledger_write and decision.changed and decision.annotate:
+                self._crash(name, sorted(decision.annotate))
             uids = {r.key: r.uid for r in mine}
             for key, writes in sorted(decision.annotate.items()):
                 self.annotate(key, uids[key], writes)
@@ -636,6 +646,14 @@ class Binder:
             return decision.ledger if decision.changed else state
         outcome.error = f"the ledger kept changing ({MAX_ATTEMPTS} conflicts)"
         return last
+
+    def _crash(self, cluster: str, unannotated: list[str]) -> None:
+        log.critical(
+            "%s is set: exiting after the ledger write of cluster %s, before annotating %s",
+            CRASH_AFTER_LEDGER_WRITE, cluster, ", ".join(unannotated),
+        )  # fmt: skip
+        logging.shutdown()
+        os._exit(CRASH_EXIT_CODE)  # no cleanup, as a crash
 
     def _refuse_closed(
         self,

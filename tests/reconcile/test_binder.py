@@ -5,6 +5,7 @@ refusals in devices, over-commit reported when a pool shrinks, concurrent binder
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -240,6 +241,33 @@ def test_cli_bind_only_once(kube_apiserver, cluster_name, tmp_path):
         )["cluster"]
         == cluster_name
     )
+
+
+def test_a_binder_that_died_between_its_ledger_and_its_annotations_finishes_them(
+    kube_apiserver, api, cluster_name, tmp_path
+):
+    """The test-only crash hook exits right after the ledger write; the next binder annotates
+    what was committed, without committing it again."""
+    team = make_replica(kube_apiserver, cluster_name, 1)
+    config = kube_apiserver.kubeconfig(tmp_path / "kubeconfig", RECONCILER_TOKEN)
+    proc = subprocess.run(
+        [str(pathlib.Path(sys.executable).parent / "plnt"), "reconcile", "--bind-only", "--once",
+         "--kubeconfig", str(config)],
+        env={**os.environ, binder.CRASH_AFTER_LEDGER_WRITE: "1"},
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == binder.CRASH_EXIT_CODE, proc.stderr
+    assert f"before annotating {team}/r-0" in proc.stderr
+    b = binder.Binder(api)
+    held = b.read_ledger(cluster_name)
+    assert held.state is not None and list(held.state.entries) == [f"{team}/r-0"]
+    assert states(kube_apiserver, [team])[team].state != binding.BOUND  # not annotated yet
+    (outcome,) = [o for o in b.bind_once() if o.cluster == cluster_name]
+    assert (outcome.bound, outcome.refused, outcome.error) == (1, {}, "")
+    assert states(kube_apiserver, [team])[team].state == binding.BOUND
+    again = b.read_ledger(cluster_name)  # finished, not committed a second time
+    assert (again.published, again.record, again.state) == (held.published, held.record,
+                                                            held.state)  # fmt: skip
 
 
 def test_an_annotation_never_lands_on_a_recreated_replica(kube_apiserver, api, cluster_name):
