@@ -33,6 +33,9 @@ PULLING_WEIGHTS = "PullingWeights"  # ReplicasReady reason while an init step st
 STARTING = "Starting"
 # WorkloadsReady / ReplicasReady reason while the kube-scheduler cannot place an engine's pod
 UNSCHEDULABLE = "Unschedulable"
+# ReplicasScheduled / WorkloadsReady reason: a pod template asks for what plnt does not let onto
+# a workload cluster (plnt.pod_policy): an extended resource, a pod annotation not allowed
+TEMPLATE_NOT_PERMITTED = "TemplateNotPermitted"
 NOT_PROBED = "NotProbed"
 NO_ENDPOINTS = "NoEndpoints"
 PASSED = "Passed"  # CanaryGate

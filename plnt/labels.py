@@ -8,6 +8,7 @@ DOMAIN = "modelplane.ai"
 POOL = f"{DOMAIN}/pool"  # node label: which InferenceCluster node pool a node belongs to
 CPU = f"{DOMAIN}/cpu"  # node label and taint on CPU pools
 GPU = f"{DOMAIN}/gpu"  # taint on GPU pools
+SYSTEM = f"{DOMAIN}/system"  # node label on the untainted System pool
 ACCELERATOR = f"{DOMAIN}/accelerator"  # node label: the GPU accelerator type
 DEPLOYMENT = f"{DOMAIN}/deployment"
 REPLICA = f"{DOMAIN}/replica"

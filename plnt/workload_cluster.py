@@ -4,8 +4,10 @@ taints plnt puts on its pools, and which objects a delete must leave alone.
 Taints: CoreWeaveCluster taints GPU pools ``modelplane.ai/gpu`` and CPU pools
 ``modelplane.ai/cpu`` (seed 004), and GPU nodes elsewhere commonly carry ``nvidia.com/gpu``
 (NVIDIA's GPU operator, managed node groups). A cluster may have no untainted node at all (the
-seed's cluster is one GPU pool), so everything plnt runs there tolerates all three; a pod that
-must land on one pool says so with its nodeSelector or affinity, never with a toleration.
+seed's cluster is one GPU pool), so the serving stack plnt runs there tolerates all three; a pod
+that must land on one pool says so with its nodeSelector or affinity, never with a toleration.
+A pod that needs no device and runs beside every replica (the endpoint picker) must not take
+room on a GPU node: it runs on a CPU or System pool only (`cpu_pool_placement`).
 
 The cluster itself: a function composing onto one pinned cluster asks for its InferenceCluster
 (`pinned_cluster`) under one requirement name.
@@ -32,6 +34,31 @@ KEEP_ON_DELETE = ["Observe", "Create", "Update", "LateInitialize"]
 def pool_tolerations() -> list[dict[str, Any]]:
     """Tolerations (any effect) for every taint plnt's pools may carry."""
     return [{"key": key, "operator": "Exists"} for key in POOL_TAINTS]
+
+
+# Taints of the pools a pod that needs no device may run on (GPU pools' taints are not among
+# them), and the node labels those pools carry: a CPU pool (`modelplane.ai/cpu`, labelled and
+# tainted) or the untainted System pool (`modelplane.ai/system`).
+CPU_POOL_TAINTS = (labels.CPU,)
+CPU_POOL_LABELS = (labels.SYSTEM, labels.CPU)
+
+
+def cpu_pool_placement() -> dict[str, Any]:
+    """Pod spec fields that keep a pod off every GPU node: a required node affinity on a CPU
+    or System pool's label (terms are ORed) and tolerations of the CPU pools' taint only."""
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": key, "operator": "In", "values": ["true"]}]}
+                        for key in CPU_POOL_LABELS
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": key, "operator": "Exists"} for key in CPU_POOL_TAINTS],
+    }
 
 
 CLUSTER_REQUIREMENT = "inference-cluster"

@@ -42,7 +42,7 @@ STORAGE_CLASS_FIELDS = ("provisioner", "parameters", "mountOptions", "volumeBind
 
 # GPU pools repel pods that do not tolerate this taint; CPU pools repel on modelplane.ai/cpu.
 ROLE_TAINT = {"GPU": labels.GPU, "CPU": labels.CPU}
-SYSTEM_LABEL = f"{labels.DOMAIN}/system"  # node label on the untainted System pool
+SYSTEM_LABEL = labels.SYSTEM
 
 # An Object holding a NodePool is ready when CKS reports the pool at its target size.
 NODEPOOL_AT_TARGET = (

@@ -47,7 +47,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
-from plnt import binding, conditions, contracts, fleet_view, ledger_parse, tenancy, xp
+from plnt import binding, conditions, contracts, fleet_view, ledger_parse, pod_policy, tenancy, xp
 from plnt import fleet as fleet_model
 from plnt.models import model_deployment
 from plnt.models.model_deployment import ModelDeploymentSpec
@@ -188,6 +188,20 @@ def within_quotas(
     )
 
 
+def template_refused(sched: scheduler.Schedule, refused: pod_policy.Refusal) -> scheduler.Schedule:
+    """The schedule of a revision whose pod templates ask for what plnt does not let onto a
+    workload cluster: nothing new is placed (its pins, if any, are kept) and the condition names
+    the field."""
+    total = len(sched.kept)
+    rest = sched.message.removeprefix(scheduler.summary(total, sched.wanted))
+    return dataclasses.replace(
+        sched,
+        placed=[],
+        reason=scheduler.TEMPLATE_NOT_PERMITTED,
+        message=f"{scheduler.summary(total, sched.wanted)}{rest}; {refused}",
+    )
+
+
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     rsp = xp.respond(req)
     xr = xp.composite(req)
@@ -196,6 +210,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     raw_spec = xr.get("spec") or {}
     spec = xp.parse(ModelDeploymentSpec, raw_spec, "spec")
     model_deployment.check(spec)
+    refused = pod_policy.refusal(spec.engines, spec.serving)
     observed_status = xr.get("status") or {}
 
     # --- inputs ---------------------------------------------------------------------------
@@ -255,7 +270,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             classes=classes,
             fleet=fleet,
             own=[r for r in own_placed if r.revision == rev],
-            place_new=plan.placed_anew(rev),
+            place_new=plan.placed_anew(rev) and not refused,
             siblings=[r for other in schedules.values() for r in other.kept],
             used=snapshot.used,
             counted=counted,
@@ -263,6 +278,8 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             namespace=namespace,
             namespace_labels=tenant.labels,
         )
+        if refused and plan.placed_anew(rev):
+            schedules[rev] = template_refused(schedules[rev], refused)
         schedules[rev] = within_quotas(
             schedules[rev],
             tenant,

@@ -48,7 +48,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from plnt import binding, capacity, fleet, labels, tenancy
+from plnt import binding, capacity, conditions, fleet, labels, tenancy
 from plnt.fleet import Cluster, Pool, class_shape
 from plnt.models import model_deployment as models
 from plnt.models.model_replica import Container
@@ -66,6 +66,7 @@ INSUFFICIENT_CAPACITY = "InsufficientCapacity"
 INSUFFICIENT_QUOTA = "InsufficientQuota"  # set by the function: an InferenceQuota is full
 NO_MATCHING_CLUSTERS = "NoMatchingClusters"
 INVALID_NODE_SELECTOR = "InvalidNodeSelector"
+TEMPLATE_NOT_PERMITTED = conditions.TEMPLATE_NOT_PERMITTED  # set by the function
 
 _INDEX = re.compile(r"-(\d+)$")
 

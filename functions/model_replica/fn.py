@@ -60,6 +60,7 @@ from plnt import (
     contracts,
     labels,
     ledger_parse,
+    pod_policy,
     weights,
     workload_cluster,
     xp,
@@ -69,6 +70,7 @@ from plnt.models.model_replica import ModelReplicaSpec, ReplicaEngine, check_eng
 CACHE_REQUIREMENT = "model-cache"
 LEDGER_REQUIREMENT = "ledger"
 QUOTA_LEDGERS_REQUIREMENT = xp.QUOTA_LEDGERS_REQUIREMENT
+NOTHING_COMPOSED = "nothing is composed"
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -81,6 +83,11 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     check_engines(spec.engines, spec.serving)
     serving.check_ports(spec)
     staging.check(spec)
+    refused = pod_policy.refusal(spec.engines, spec.serving)
+    if refused:  # whoever wrote the replica, and whatever the binder committed
+        hold(rsp, spec, f"{refused}; {NOTHING_COMPOSED}", reason=conditions.TEMPLATE_NOT_PERMITTED)
+        xp.warning(rsp, f"{conditions.TEMPLATE_NOT_PERMITTED}: {refused}")
+        return rsp
     namespace = meta.get("namespace") or "default"
     clusters = workload_cluster.pinned_cluster(req, rsp, spec.cluster_name)
     caches: list[dict[str, Any]] | None = []
@@ -392,7 +399,8 @@ def hold(
     why: str,
     reason: str = conditions.MISSING_DEPENDENCY,
 ) -> None:
-    """Composes nothing, keeps the replica not Ready, and says why."""
+    """Composes nothing, keeps the replica not Ready, and says why (`why` ending in "nothing is
+    composed" is said as it is; anything else is something awaited)."""
     xp.set_status(
         rsp,
         {
@@ -406,7 +414,7 @@ def hold(
         rsp,
         conditions.waiting(
             conditions.WORKLOADS_READY,
-            f"{why}: nothing is composed until it is",
+            why if why.endswith(NOTHING_COMPOSED) else f"{why}: {NOTHING_COMPOSED} until it is",
             reason=reason,
         ),
     )

@@ -365,8 +365,8 @@ def epp_deployment(replica: Replica) -> dict[str, Any]:
         "serviceAccountName": name,
         "containers": [epp_container(replica)],
         "volumes": [{"name": "config", "configMap": {"name": name}}],
-        # the cluster may have only tainted (GPU) pools; the picker runs on any of them
-        "tolerations": workload_cluster.pool_tolerations(),
+        # it needs no device: on a CPU or System pool, never taking room on a GPU node
+        **workload_cluster.cpu_pool_placement(),
     }
     picker = replica.spec.serving.endpoint_picker
     if picker and picker.template.spec.image_pull_secrets:

@@ -84,6 +84,7 @@ def control_plane_gateway() -> list[dict[str, Any]]:
 # An existing GPU cluster's nodes, as its operators run them: labelled with their plnt pool
 # (docs/inference-cluster.md) and tainted as NVIDIA's GPU operator and managed node groups do.
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+SYSTEM_LABEL = "modelplane.ai/system"
 
 
 def apply_existing_cluster(
@@ -92,8 +93,9 @@ def apply_existing_cluster(
     nodes: int = NODES,
     cluster: dict[str, Any] | None = None,
 ) -> None:
-    """A workload cluster with ``nodes`` H100 nodes in pool h100, its kubeconfig Secret, the
-    class and the InferenceCluster (``cluster``, by default `existing_cluster`) that adopts it."""
+    """A workload cluster with ``nodes`` H100 nodes in pool h100 and a System node, its
+    kubeconfig Secret, the class and the InferenceCluster (``cluster``, by default
+    `existing_cluster`) that adopts it."""
     workload = plane.workload(name)
     # its operators installed NVIDIA's DRA driver (its DeviceClass, and each node's GPUs) and
     # the LeaderWorkerSet controller gangs need, as they would on any GPU cluster
@@ -106,6 +108,11 @@ def apply_existing_cluster(
         labels={"modelplane.ai/pool": "h100"},
         taints=[GPU_TAINT],
         devices=h100_class()["spec"]["devices"],
+    )
+    # and a node without GPUs for what needs none (each replica's endpoint picker), labelled as
+    # docs/inference-cluster.md asks an existing cluster's operators to
+    plane.simulator.add_nodes(
+        workload, "system", 1, labels={SYSTEM_LABEL: "true"}, taints=[], devices=[]
     )
     kubeconfig = yaml.safe_dump(workload.kubeconfig_doc())
     docs = [

@@ -240,18 +240,20 @@ def test_what_the_real_scheduler_cannot_place_reaches_the_user(plane, alloc_clus
         workloads = live.condition(replica, "WorkloadsReady")
         assert workloads.get("reason") == "Unschedulable", workloads
         message = workloads.get("message", "")
-        # the real scheduler's words, verbatim: two nodes, a taint on one, devices on the other
-        assert "cannot be scheduled: 0/2 nodes are available" in message, message
+        # the real scheduler's words, verbatim: two GPU nodes, a taint on one, devices on the
+        # other, and the System node (the endpoint picker's) outside the pod's pool
+        assert "cannot be scheduled: 0/3 nodes are available" in message, message
         assert "1 node(s) had untolerated taint" in message, message
+        assert "1 node(s) didn't match Pod's node affinity/selector" in message, message
         assert "1 cannot allocate all claims" in message, message
         ready = live.condition(md, "ReplicasReady")
         assert replica["metadata"]["name"] in ready["message"], ready
-        assert "0/2 nodes are available" in ready["message"], ready
+        assert "0/3 nodes are available" in ready["message"], ready
         assert not live.is_true(md, "Ready")
         warnings = [
             e
             for e in live.events_for(plane.mgmt, "alloc-a", "whole")
-            if e.get("type") == "Warning" and "0/2 nodes are available" in e.get("message", "")
+            if e.get("type") == "Warning" and "0/3 nodes are available" in e.get("message", "")
         ]
         assert warnings, live.events_for(plane.mgmt, "alloc-a", "whole")
         # the node back in service: the pod is placed and the message goes

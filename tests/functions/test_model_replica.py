@@ -241,9 +241,14 @@ def test_seed_example_endpoint_picker_has_the_unified_profile() -> None:
     (container,) = pod["containers"]
     assert container["image"] == serving.EPP_IMAGE
     assert container["args"][:2] == ["--pool-name=qwen3-8b-eks-l4-0", "--pool-namespace=ml-team"]
-    # the seed's cluster may be one tainted GPU pool: the picker must be able to run there
-    assert {t["key"] for t in pod["tolerations"]} == {labels.GPU, labels.CPU, "nvidia.com/gpu"}
-    assert all(t["operator"] == "Exists" and "effect" not in t for t in pod["tolerations"])
+    # it needs no device: a CPU or System pool only, never tolerating a GPU taint
+    assert pod["tolerations"] == [{"key": labels.CPU, "operator": "Exists"}]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": labels.SYSTEM, "operator": "In", "values": ["true"]}]},
+        {"matchExpressions": [{"key": labels.CPU, "operator": "In", "values": ["true"]}]},
+    ]
+    assert "nodeSelector" not in pod
 
 
 def test_unified_pool_targets_the_engines_own_http_port() -> None:
