@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: setup preview test lint bench fuzz dev package clean vendor
+.PHONY: setup preview test check lint bench fuzz dev package clean vendor
 
 setup:
 	@hack/setup.sh
@@ -20,6 +20,18 @@ test: setup
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 	.venv/bin/pytest -n 2 --dist loadgroup -q
+
+# What needs a live control plane, an image build or a real engine: in `make test` only.
+LIVE_TESTS := tests/e2e tests/images tests/engine
+
+## The inner loop: lint, types and every test that needs no live control plane (`make test`
+## runs these and the rest).
+check: setup
+	@hack/setup-test.sh
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+	.venv/bin/pytest -n 2 --dist loadgroup -q $(addprefix --ignore=,$(LIVE_TESTS))
 
 ## Lint alone: the same checks `make test` runs first.
 lint: setup

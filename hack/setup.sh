@@ -11,7 +11,10 @@ fi
 # `hack/setup.sh runtime` (make preview): plnt's runtime dependencies only, no Crossplane CLI.
 extras="[dev]"; stamp=.venv/.plnt-installed
 if [[ "${1:-}" == runtime ]]; then extras=""; stamp=.venv/.plnt-runtime; fi
-if [[ ! -f .venv/.plnt-installed && ( ! -f "$stamp" || pyproject.toml -nt "$stamp" ) ]]; then
+# An install is current while its stamp is newer than pyproject.toml, so a dependency pinned there
+# reaches an existing .venv on the next run; the dev install carries the runtime's dependencies.
+current() { [[ -f "$1" && ! pyproject.toml -nt "$1" ]]; }
+if ! current .venv/.plnt-installed && ! current "$stamp"; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
   touch "$stamp"
 fi
