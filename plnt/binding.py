@@ -13,7 +13,10 @@ that cannot be read (plnt.ledger_parse) binds nothing and unbinds nothing: wheth
 bound is then unknown (`verify`).
 
 - `plnt.work/pool-demand` (written by the ModelDeployment function): per pool, the pods the
-  replica needs and what each asks of one node (`capacity.Pods`).
+  replica needs and what each asks of one node (`capacity.Pods`), as the scheduler counted it
+  for its proposal. The binder never reads it: it sizes a commit from the spec and the pools'
+  classes (`plnt.demand.replica_demand`), so a hand-written demand commits nothing it does not
+  run.
 - `plnt.work/binding` (written by the binder after its ledger commit succeeded): the replica and
   uid it was written for, the digest of what was committed and the (virtual) node of every pod.
   It tells the ModelDeployment what the binder answered; it is never what renders a replica.
@@ -22,8 +25,9 @@ bound is then unknown (`verify`).
 - `plnt.work/over-committed` (binder): set while a bound replica no longer fits its pool (the
   pool or its class shrank after the commit); the ModelDeployment reports it.
 
-The digest covers everything capacity depends on (cluster, pools, device requests, roles,
-worker nodes, copies, the demand), so a replica edited after its commit is not bound any more.
+The digest covers the whole spec but Crossplane's own references (`digest`): everything that
+changes what runs, so a replica edited after its commit (an image, resources, copies, a pool) is
+not bound any more.
 """
 
 from __future__ import annotations
@@ -164,8 +168,10 @@ class State:
 
 
 def demand_of(obj: Mapping[str, Any]) -> dict[str, tuple[capacity.Pods, ...]]:
-    """The replica's demand: its annotation; else, for a replica placed before devices were
-    counted or made by hand, a whole node per pod of every member with device requests."""
+    """The demand the replica's proposer wrote: its annotation; else, for a replica placed
+    before devices were counted or made by hand, a whole node per pod of every member with
+    device requests. What the ModelDeployment function counts for proposals not committed yet;
+    the binder never reads it (it sizes a commit from the spec: plnt.demand)."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     raw = annotations.get(DEMAND)
@@ -192,42 +198,32 @@ def demand_of(obj: Mapping[str, Any]) -> dict[str, tuple[capacity.Pods, ...]]:
     return capacity.whole_nodes(nodes)
 
 
-def digest(obj: Mapping[str, Any], demand: Mapping[str, tuple[capacity.Pods, ...]]) -> str:
-    spec = obj.get("spec") or {}
-    engines = [
-        {
-            "name": e.get("name"),
-            "copies": int(e.get("copies") or 1),
-            "members": [
-                {
-                    "role": m.get("role") or "Standalone",
-                    "worker": m.get("worker"),
-                    "pool": m.get("nodePoolName"),
-                    "deviceRequests": m.get("deviceRequests"),
-                }
-                for m in e.get("members") or []
-            ],
-        }
-        for e in spec.get("engines") or []
-    ]
-    body = json.dumps(
-        {
-            "cluster": spec.get("clusterName"),
-            "engines": engines,
-            "demand": json.loads(capacity.demand_json(demand)),
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+# What Crossplane itself writes into a composite's spec (composition and resource references):
+# it changes as the replica is rendered and never changes what runs.
+CROSSPLANE_SPEC = "crossplane"
+
+
+def digest(obj: Mapping[str, Any]) -> str:
+    """The digest of what the replica runs: its whole spec (cluster, every engine and member
+    with its pool, device requests and pod template, serving, cache), all but Crossplane's own
+    references. A commit holds this digest, so any later edit (an image, resources, copies) is
+    not bound until the binder commits it again."""
+    spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != CROSSPLANE_SPEC}
+    body = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def state_of(obj: Mapping[str, Any]) -> State:
+def state_of(obj: Mapping[str, Any], *, whole_spec: bool = True) -> State:
     """Bound (the binder committed exactly this), Refused (it refused exactly this) or
-    Pending (anything else, including a binding for an earlier version of the replica)."""
+    Pending (anything else, including a binding for an earlier version of the replica).
+
+    `whole_spec` False: `obj` was read without its pod templates (the scheduler's read of the
+    whole fleet keeps only what capacity needs), so its digest cannot be computed, and the
+    binder's answer is taken as about its current spec. Only for counting other teams'
+    replicas in a proposal: what renders is decided by `verify`, on the whole object."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     demand = demand_of(obj)
-    current = digest(obj, demand)
+    current = digest(obj) if whole_spec else _answered_digest(annotations)
     over = annotations.get(OVER_COMMITTED) or ""
     raw = annotations.get(BINDING)
     if raw:
@@ -247,6 +243,18 @@ def state_of(obj: Mapping[str, Any]) -> State:
         if refusal is not None and refusal.digest == current:
             return State(REFUSED_STATE, current, demand, message=refusal.message)
     return State(PENDING, current, demand)
+
+
+def _answered_digest(annotations: Mapping[str, Any]) -> str:
+    """The digest the binder's binding (else its refusal) annotation is about, or ''."""
+    for key, model in ((BINDING, BindingRecord), (REFUSED, RefusalRecord)):
+        raw = annotations.get(key)
+        if raw:
+            try:
+                return str(model.model_validate_json(raw).digest)
+            except (ValidationError, ValueError):
+                continue
+    return ""
 
 
 class Unreadable(Protocol):
@@ -360,14 +368,14 @@ def verify(
     if entry is not None:
         return unbacked(
             BINDING_STALE,
-            f"{where} committed digest {entry.digest}; its spec and demand are now "
+            f"{where} committed digest {entry.digest}; its spec is now "
             f"{claimed.digest} (changed after the commit, awaiting the binder)",
         )
     if record.digest != claimed.digest:
         return unbacked(
             BINDING_STALE,
-            f"its {BINDING} annotation is for digest {record.digest}, its spec and demand are "
-            f"now {claimed.digest}, and {where} holds no entry for {key}",
+            f"its {BINDING} annotation is for digest {record.digest}, its spec is now "
+            f"{claimed.digest}, and {where} holds no entry for {key}",
         )
     return unbacked(
         BINDING_FORGED,

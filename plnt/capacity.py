@@ -148,9 +148,13 @@ def merge(a: Demand, b: Demand) -> dict[str, tuple[Pods, ...]]:
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """One node of a pool: what it offers."""
+    """One node of a pool: what it offers, and how its devices are claimed: `dra` holds
+    (deviceClassName, device key, count per node) of each DRA device kind, `synthetic` the
+    device key of each Synthetic one (nothing allocates those: the pool choice is the claim)."""
 
     offers: Vector
+    dra: tuple[tuple[str, str, int], ...] = ()
+    synthetic: tuple[str, ...] = ()
 
     def amount(self, key: str) -> int:
         for k, v in self.offers:

@@ -87,12 +87,19 @@ def class_shape(cls: Mapping[str, Any] | None) -> capacity.Shape:
         return capacity.Shape(())
     spec = cls.get("spec") or {}
     offers: dict[str, int] = {}
+    dra: list[tuple[str, str, int]] = []
+    synthetic: list[str] = []
     for dev in spec.get("devices") or []:
         key = capacity.device_key(dev.get("name", ""))
-        offers[key] = offers.get(key, 0) + int(dev.get("count") or 1)
+        count = int(dev.get("count") or 1)
+        offers[key] = offers.get(key, 0) + count
+        if dev.get("claim", "DRA") == "Synthetic":
+            synthetic.append(key)
+        else:
+            dra.append((str(dev.get("deviceClassName") or ""), key, count))
     node = spec.get("nodeResources") or {}
     if node.get("cpu") is not None:
         offers[capacity.CPU] = amount(node["cpu"], milli=True)
     if node.get("memory") is not None:
         offers[capacity.MEMORY] = amount(node["memory"], milli=False)
-    return capacity.Shape(capacity.vector(offers))
+    return capacity.Shape(capacity.vector(offers), tuple(dra), tuple(synthetic))

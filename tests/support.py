@@ -91,3 +91,40 @@ def binder_annotation(obj: dict[str, Any]) -> str:
         replica=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
         uid=meta.get("uid", ""),
     )
+
+
+GPU_CLASS = "gpu.nvidia.com"  # the DRA device class of the tests' GPUs, device kind `gpu`
+
+
+def gpu_shape(gpus: int, **offers: int) -> Any:
+    """One node offering `gpus` GPUs through DRA (and `offers`, e.g. cpu): as plnt.fleet reads
+    an InferenceClass of them."""
+    from plnt import capacity
+
+    return capacity.Shape(
+        capacity.vector({"device:gpu": gpus, **offers}), ((GPU_CLASS, "device:gpu", gpus),)
+    )
+
+
+def spec_asking(cluster: str, demand: Any) -> dict[str, Any]:
+    """A ModelReplica spec that asks exactly `demand` (per pool, `capacity.Pods` of GPUs) of
+    pools shaped by `gpu_shape`: one engine per Pods entry, `count` copies of a member asking
+    its GPUs (a gang's Leader for a whole-node entry), as the binder reads it (plnt.demand)."""
+    engines = []
+    for pool, pods in sorted(demand.items()):
+        for p in pods:
+            gpus = dict(p.demand).get("device:gpu", 1)
+            member: dict[str, Any] = {
+                "role": "Leader" if p.whole else "Standalone",
+                "nodePoolName": pool,
+                "deviceRequests": [{"name": "gpu", "count": gpus, "deviceClassName": GPU_CLASS}],
+                "template": {"spec": {"containers": [{"name": "engine", "image": "engine"}]}},
+            }
+            members = [member]
+            if p.whole:
+                members.append(
+                    {"role": "Worker", "worker": {"nodes": 1}, "nodePoolName": pool,
+                     "template": member["template"]}
+                )  # fmt: skip
+            engines.append({"name": f"e{len(engines)}", "copies": p.count, "members": members})
+    return {"clusterName": cluster, "engines": engines}

@@ -582,9 +582,13 @@ def _compose_replica(
 
 
 def _fleet(required: list[dict[str, Any]], own: Any) -> list[scheduler.PlacedReplica]:
-    """Every replica on the fleet: the required ones plus our own observed ones, once each."""
+    """Every replica on the fleet: the required ones (read without pod templates) plus our own
+    observed ones (read whole), once each."""
     out: dict[tuple[str, str], scheduler.PlacedReplica] = {}
-    for obj in [*required, *own]:
+    for obj in required:
+        placed = scheduler.placed_replica(obj, whole_spec=False)
+        out[(placed.namespace, placed.name)] = placed
+    for obj in own:
         placed = scheduler.placed_replica(obj)
         out[(placed.namespace, placed.name)] = placed
     return list(out.values())

@@ -48,7 +48,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from plnt import binding, capacity, conditions, fleet, labels, tenancy
+from plnt import binding, capacity, conditions, labels, tenancy
+from plnt import demand as demand_
 from plnt.fleet import Cluster, Pool, class_shape
 from plnt.models import model_deployment as models
 from plnt.models.model_replica import Container
@@ -196,22 +197,8 @@ def _member(member: models.DeploymentMember) -> Member:
 
 
 def _pod_resources(containers: Iterable[Container]) -> tuple[int, int]:
-    """CPU (millicores) and memory (bytes) one pod of the member asks for: the sum over its
-    containers of requests, else limits (as Kubernetes defaults requests to limits)."""
-    cpu = memory = 0
-    for c in containers:
-        requests = (c.resources.requests if c.resources else None) or {}
-        limits = (c.resources.limits if c.resources else None) or {}
-        for key in (capacity.CPU, capacity.MEMORY):
-            raw = requests.get(key, limits.get(key))
-            if raw is None:
-                continue
-            amount = fleet.amount(raw, milli=key == capacity.CPU)
-            if key == capacity.CPU:
-                cpu += amount
-            else:
-                memory += amount
-    return cpu, memory
+    """CPU (millicores) and memory (bytes) one pod of the member asks for (plnt.demand)."""
+    return demand_.pod_resources(c.resources.dump() if c.resources else None for c in containers)
 
 
 _LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
@@ -228,8 +215,9 @@ def url_host(address: str) -> str | None:
     return f"[{ip}]" if ip.version == 6 else str(ip)
 
 
-def placed_replica(obj: Mapping[str, Any]) -> PlacedReplica:
-    """A ModelReplica as placed: its demand (plnt.binding.demand_of) and the binder's answer."""
+def placed_replica(obj: Mapping[str, Any], *, whole_spec: bool = True) -> PlacedReplica:
+    """A ModelReplica as placed: its demand (plnt.binding.demand_of) and the binder's answer
+    (`whole_spec` False: read without its pod templates, plnt.binding.state_of)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     obj_labels = meta.get("labels") or {}
@@ -237,7 +225,7 @@ def placed_replica(obj: Mapping[str, Any]) -> PlacedReplica:
     for engine in spec.get("engines") or []:
         pool = next((m.get("nodePoolName", "") for m in engine.get("members") or []), "")
         engine_pools.append((engine.get("name", ""), pool))
-    state = binding.state_of(obj)
+    state = binding.state_of(obj, whole_spec=whole_spec)
     pool_nodes = {pool: sum(p.count for p in pods) for pool, pods in state.demand.items()}
     return PlacedReplica(
         namespace=meta.get("namespace", ""),
@@ -368,19 +356,16 @@ class Matcher:
                     chosen.append(dev)
                     waste += (int(dev.get("count") or 1) - req.count) * member.pods * engine.copies
                     device = capacity.device_key(dev.get("name", ""))
-                    demand[device] = demand.get(device, 0) + req.count
+                    if device in shape.synthetic:  # as the binder counts it from the spec
+                        demand[device] = demand_.synthetic_charge(shape, device)
+                    else:
+                        demand[device] = demand.get(device, 0) + req.count
                 if result:
                     break
-                # CPU and memory count only where the class declares them per node.
-                for resource, amount in (
-                    (capacity.CPU, member.cpu),
-                    (capacity.MEMORY, member.memory),
-                ):
-                    if shape.amount(resource) and amount:
-                        demand[resource] = amount
                 per_member.append(tuple(chosen))
                 count = member.pods * engine.copies
-                pods.append(capacity.Pods(count, capacity.vector(demand), member.whole))
+                vector = demand_.pod_vector(demand, member.cpu, member.memory, shape)
+                pods.append(capacity.Pods(count, vector, member.whole))
             if not result:
                 result = EngineFit(waste, tuple(per_member), tuple(pods))
         self._fits[key] = result

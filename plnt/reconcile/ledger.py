@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from plnt import binding, capacity, fleet, fleet_view, tenancy
+from plnt import binding, capacity, demand, fleet, fleet_view, tenancy
 from plnt.ledger_parse import UnreadableLedgerError
 
 DATA_KEY = binding.LEDGER_DATA_KEY
@@ -47,10 +47,16 @@ class Replica:
     refused_annotation: str
     over_annotation: str
     devices: Mapping[str, int] = dataclasses.field(default_factory=dict)  # per device class
+    spec: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # what sizes a commit
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def demand(self, pools: Mapping[str, capacity.Pool]) -> dict[str, tuple[capacity.Pods, ...]]:
+        """What it asks of `pools` (its cluster's), from its spec alone (plnt.demand): never
+        from the demand annotation its proposer, or anyone else, wrote."""
+        return demand.replica_demand(self.spec, {name: p.shape for name, p in pools.items()})
 
     @staticmethod
     def of(obj: Mapping[str, Any]) -> Replica:
@@ -67,6 +73,7 @@ class Replica:
             refused_annotation=annotations.get(binding.REFUSED, ""),
             over_annotation=annotations.get(binding.OVER_COMMITTED, ""),
             devices=binding.devices_of(obj),
+            spec=obj.get("spec") or {},
         )
 
 
@@ -132,7 +139,7 @@ def decide(
             refused[r.key] = refuse[r.key]
             continue
         # A refused replica is tried again: until its ModelDeployment releases it, it waits.
-        why, placed = _pack(accounts, r.state.demand)
+        why, placed = _pack(accounts, r.demand(pools))
         if placed is None:
             refused[r.key] = why
             continue
@@ -621,7 +628,7 @@ def preview(replicas: list[dict[str, Any]], required: list[dict[str, Any]]) -> P
         for r in sorted(others, key=lambda r: (r.state.slots is None, r.key)):
             if r.cluster != name:
                 continue
-            for pool, pods in r.state.demand.items():
+            for pool, pods in r.demand(pools).items():
                 if pool in pools:
                     if r.state.slots is not None:
                         pools[pool].take(r.state.slots.get(pool, ()))

@@ -17,7 +17,13 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from functions.model_replica import fn as replica_fn
 from plnt import conditions, labels
 from plnt_host import render
-from tests.functions.test_model_replica import QWEN, committed, composed, condition
+from tests.functions.test_model_replica import (
+    QWEN,
+    committed,
+    composed,
+    condition,
+    without_ledgers,
+)
 from tests.support import call_function
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -161,7 +167,7 @@ def test_a_bound_model_replica_made_by_hand_renders_nothing(
     rsp = call_function(
         replica_fn.run_function,
         xr,
-        [*QWEN.required, committed(xr)],
+        [*without_ledgers(QWEN.required), committed(xr)],
         (),
         "function-model-replica",
     )

@@ -17,6 +17,7 @@ import pytest
 from plnt import binding, capacity, fleet_view, tenancy
 from plnt.reconcile import binder, kube, ledger
 from tests.reconcile.apiserver import RECONCILER_TOKEN, REPO
+from tests.support import spec_asking
 
 GV = "modelplane.ai/v1alpha1"
 
@@ -67,7 +68,16 @@ def fleet_crds(kube_apiserver):
             "apiVersion": GV,
             "kind": "InferenceClass",
             "metadata": {"name": "h100-8x"},
-            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]},
+            "spec": {
+                "devices": [
+                    {
+                        "name": "gpu",
+                        "driver": "gpu.nvidia.com",
+                        "count": 8,
+                        "deviceClassName": "gpu.nvidia.com",
+                    }
+                ]
+            },
         }
     )
 
@@ -111,12 +121,7 @@ def make_replica(kube_apiserver, cluster: str, gpus: int) -> str:
                 "namespace": namespace,
                 "annotations": {binding.DEMAND: capacity.demand_json(demand)},
             },
-            "spec": {
-                "clusterName": cluster,
-                "engines": [
-                    {"name": "e", "members": [{"nodePoolName": "h", "deviceRequests": [{}]}]}
-                ],
-            },
+            "spec": spec_asking(cluster, demand),
         }
     )
     return namespace

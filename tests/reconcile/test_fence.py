@@ -14,8 +14,9 @@ import pytest
 from functions.model_deployment import scheduler
 from plnt import binding, capacity, fleet, tenancy
 from plnt.reconcile import ledger
+from tests.support import gpu_shape, spec_asking
 
-GPUS_8 = capacity.Shape((("device:gpu", 8),))
+GPUS_8 = gpu_shape(8)
 NAME = tenancy.NAMESPACE_NAME_LABEL
 
 
@@ -37,10 +38,7 @@ def proposal(namespace: str) -> dict[str, Any]:
             "creationTimestamp": "t0",
             "annotations": {binding.DEMAND: capacity.demand_json(demand)},
         },
-        "spec": {
-            "clusterName": "a",
-            "engines": [{"name": "e", "members": [{"nodePoolName": "h", "deviceRequests": [{}]}]}],
-        },
+        "spec": spec_asking("a", demand),
     }
 
 

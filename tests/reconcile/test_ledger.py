@@ -6,9 +6,10 @@ import copy
 
 from plnt import binding, capacity
 from plnt.reconcile import ledger
+from tests.support import gpu_shape, spec_asking
 
 ONE_GPU = {"h": (capacity.Pods(1, (("device:gpu", 1),)),)}
-GPUS_8 = capacity.Shape((("device:gpu", 8),))
+GPUS_8 = gpu_shape(8)
 
 
 def replica(name: str, demand=ONE_GPU, uid: str | None = None, created: str = "t0") -> dict:
@@ -20,10 +21,7 @@ def replica(name: str, demand=ONE_GPU, uid: str | None = None, created: str = "t
             "creationTimestamp": created,
             "annotations": {binding.DEMAND: capacity.demand_json(demand)},
         },
-        "spec": {
-            "clusterName": "a",
-            "engines": [{"name": "e", "members": [{"nodePoolName": "h", "deviceRequests": [{}]}]}],
-        },
+        "spec": spec_asking("a", demand),
     }
 
 
@@ -94,17 +92,39 @@ def test_entries_of_deleted_or_recreated_replicas_are_released() -> None:
     assert "ns/a0" not in d.ledger.entries
 
 
-def test_a_changed_demand_is_committed_again_not_kept() -> None:
+def test_a_changed_spec_is_committed_again_not_kept() -> None:
     objs = [replica("a0")]
     first = decide(ledger.Ledger(cluster="a"), objs)
     bound = apply(objs[0], first.annotate["ns/a0"])
     bigger = copy.deepcopy(bound)
-    bigger["metadata"]["annotations"][binding.DEMAND] = capacity.demand_json(
-        {"h": (capacity.Pods(1, (("device:gpu", 4),)),)}
-    )
+    bigger["spec"] = spec_asking("a", {"h": (capacity.Pods(1, (("device:gpu", 4),)),)})
     assert binding.state_of(bigger).state == binding.PENDING  # the old binding does not count
     d = decide(first.ledger, [bigger])
     assert d.ledger.entries["ns/a0"].digest == binding.state_of(bigger).digest
+    assert d.ledger.entries["ns/a0"].parsed_slots()["h"][0].demand == (("device:gpu", 4),)
+
+
+def test_the_demand_annotation_sizes_nothing() -> None:
+    """A replica's author may write any demand: the binder sizes the commit from the spec
+    (four copies of one GPU: four slots, whatever the annotation says), and an edit of the
+    annotation alone is no edit of what runs."""
+    four = {"h": (capacity.Pods(4, (("device:gpu", 1),)),)}
+    obj = replica("a0", four)
+    obj["metadata"]["annotations"][binding.DEMAND] = capacity.demand_json(ONE_GPU)
+    d = decide(ledger.Ledger(cluster="a"), [obj])
+    assert len(d.ledger.entries["ns/a0"].parsed_slots()["h"]) == 4
+    # on a pool of two 1-GPU nodes it does not fit, annotation or not
+    small = ledger.decide(
+        ledger.Ledger(cluster="a"),
+        views(obj),
+        {"h": capacity.Pool(2, gpu_shape(1))},
+        alive={"uid-a0"},
+    )
+    assert small.ledger.entries == {}
+    assert "ns/a0" in small.refused
+    bound = apply(obj, d.annotate["ns/a0"])
+    bound["metadata"]["annotations"][binding.DEMAND] = capacity.demand_json({})
+    assert binding.verify(bound, d.ledger).state == binding.BOUND
 
 
 def test_a_binding_annotation_without_a_ledger_entry_is_never_adopted() -> None:

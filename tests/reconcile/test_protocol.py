@@ -41,6 +41,7 @@ from plnt import binding, capacity, ledger_parse, tenancy
 from plnt.fleet import cluster_of
 from plnt.reconcile import binder, ledger
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
+from tests.support import spec_asking
 
 CLASSES = [klass("h100")]  # 8 GPUs per node
 
@@ -63,9 +64,30 @@ class Case:
     # after that, at any point, an operator repairs it as docs/reconciler.md says: deletes the
     # damaged copy, or restores the published copy from a backup when both were deleted.
     damage: tuple[str, str, str] | None = None
+    # A ModelReplica its tenant wrote by hand on x0 before anything else: (copies, GPUs per
+    # copy), its `plnt.work/pool-demand` claiming one copy only.
+    hand: tuple[int, int] | None = None
 
 
 QUOTA = "q"
+HAND = "hand/hand-0"
+
+
+def hand_made(case: Case) -> dict:
+    """The hand-made replica of `case.hand`: its spec asks copies x GPUs, its annotation less."""
+    assert case.hand is not None
+    copies, gpus = case.hand
+    one = {"h": (capacity.Pods(1, (("device:gpu", gpus),)),)}
+    return {
+        "metadata": {
+            "name": "hand-0",
+            "namespace": "hand",
+            "uid": "u0",
+            "creationTimestamp": "0000",
+            "annotations": {binding.DEMAND: capacity.demand_json(one)},
+        },
+        "spec": spec_asking("x0", {"h": (capacity.Pods(copies, (("device:gpu", gpus),)),)}),
+    }
 
 
 def namespaces(case: Case) -> dict[str, dict[str, str]]:
@@ -317,7 +339,10 @@ def initial(case: Case) -> dict:
               for i in range(len(case.deployments))]  # fmt: skip
     actors += [{"kind": "binder", "pc": "read", "read": None, "records": None, "decision": None,
                 "runs": 0} for _ in range(case.binders)]  # fmt: skip
-    return {"api": fresh_api(), "actors": actors, "restarts": 0, "rendered": {}, "problems": [],
+    api = fresh_api()
+    if case.hand is not None:
+        api["replicas"][HAND] = hand_made(case)
+    return {"api": api, "actors": actors, "restarts": 0, "rendered": {}, "problems": [],
             "damage": 0, "backup": None}  # fmt: skip
 
 
@@ -514,10 +539,14 @@ def check(case: Case, state: dict) -> list[str]:
         ]
     for c in fleet(case):
         name = c["metadata"]["name"]
-        bound = [s for k, s in states.items() if api["replicas"][k]["spec"]["clusterName"] == name]
-        pods = [p for s in bound for ps in s.demand.values() for p in ps]
-        gpus = sum(p.count * (8 if p.whole else dict(p.demand).get("device:gpu", 0)) for p in pods)
-        whole = sum(p.count for p in pods if p.whole)
+        keys = [k for k in states if api["replicas"][k]["spec"]["clusterName"] == name]
+        bound = [states[k] for k in keys]
+        # counted from what runs (the specs), never from a demand anyone wrote
+        gpus = whole = 0
+        for k in keys:
+            for pods, asks, gang in spec_pods(api["replicas"][k]["spec"]):
+                gpus += pods * (8 if gang else asks)
+                whole += pods if gang else 0
         if gpus > case.nodes * 8:
             problems.append(f"{name}: {gpus} GPUs bound on {case.nodes * 8}")
         if whole > case.nodes:
@@ -528,6 +557,19 @@ def check(case: Case, state: dict) -> list[str]:
             if over:
                 problems.append(f"{name}: slots {over} do not fit")
     return problems
+
+
+def spec_pods(spec: dict) -> Iterator[tuple[int, int, bool]]:
+    """(pods, GPUs each asks, whole node) of every member of a ModelReplica spec that asks for
+    GPUs: copies times a Worker's nodes, read straight from the spec."""
+    for e in spec.get("engines") or []:
+        gang = any(m.get("role") in ("Leader", "Worker") for m in e.get("members") or [])
+        for m in e.get("members") or []:
+            asks = sum(int(r.get("count") or 1) for r in m.get("deviceRequests") or [])
+            if asks:
+                nodes = int((m.get("worker") or {}).get("nodes") or 1)
+                pods = (nodes if m.get("role") == "Worker" else 1) * int(e.get("copies") or 1)
+                yield pods, asks, gang
 
 
 def explore(case: Case, limit: int = 400_000) -> tuple[int, int, int]:
@@ -545,10 +587,9 @@ def explore(case: Case, limit: int = 400_000) -> tuple[int, int, int]:
         problems = check(case, state)
         assert not problems, (problems, json.dumps(state["api"], indent=1, sort_keys=True))
         bound_gpus = sum(
-            dict(p.demand).get("device:gpu", 0) * p.count
-            for s in rendered_states(state).values()
-            for ps in s.demand.values()
-            for p in ps
+            pods * asks
+            for key in state["rendered"]
+            for pods, asks, _ in spec_pods(state["api"]["replicas"][key]["spec"])
         )
         most = max(most, bound_gpus)
         next_moves = moves(case, state)
@@ -597,6 +638,11 @@ CASES = {
     "a namespace over its own quota": Case(
         nodes=1, deployments=(("a", 2, 2), ("b", 2, 1)), quota=(("a",), 3), proposer_runs=1,
         binders=2, binder_passes=1, restarts=0,
+    ),
+    # A tenant's hand-made replica runs 4 copies of 2 GPUs but writes a demand of one copy;
+    # with a 6-GPU proposal on the one 8-GPU node, only one of them is ever bound.
+    "a hand-made replica under-states its demand": Case(
+        nodes=1, deployments=(("a", 6, 1),), hand=(4, 2), proposer_runs=1,
     ),
     # x0 admits only namespace a; b's replica, placed on x0 first by its reconcile, is refused
     # there and ends on x1 (or nowhere), never bound on x0.
@@ -660,6 +706,22 @@ def test_no_interleaving_over_commits(case: Case) -> None:
 def test_a_loser_ends_bound_on_the_other_cluster_in_some_interleaving() -> None:
     _, _, most = explore(CASES["a loser is placed again elsewhere"])
     assert most == 12  # both 6-GPU replicas bound at once: one per cluster
+
+
+def test_the_binder_sizes_a_commit_from_the_spec_not_the_annotation() -> None:
+    """The hand-made replica is committed with a slot per copy (4 pods), whatever its
+    annotation says; a binder that took the annotation would bind both it and the proposal,
+    14 GPUs on 8, and the search finds that (the invariant is not vacuous)."""
+    case = CASES["a hand-made replica under-states its demand"]
+    _, _, most = explore(case)
+    assert most == 8  # the hand-made replica alone (it is older), or the proposal alone
+    real = ledger.Replica.demand
+    ledger.Replica.demand = lambda self, pools: self.state.demand  # type: ignore[method-assign]
+    try:
+        with pytest.raises(AssertionError, match="x0: 14 GPUs bound on 8"):
+            explore(case)
+    finally:
+        ledger.Replica.demand = real  # type: ignore[method-assign]
 
 
 def test_the_invariant_catches_the_defect_of_issue_15() -> None:
