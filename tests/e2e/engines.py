@@ -8,6 +8,12 @@ the route's URLRewrite says, and the request is forwarded to the replica's engin
 replica's pods is Ready on that cluster (kwok marks them: tests/e2e/workload.py), else answered
 503 as a proxy with no healthy upstream would.
 
+The control-plane Gateway's data plane is served the same way, by the HTTPRoutes ModelServices
+composed on the management cluster: a matched route's backendRefs lead, through the Services'
+EndpointSlices (the IP backends plnt composes; ExternalName is not resolved here), to the
+address the endpoint names, with the route's prefix replaced as its URLRewrite says; the backend
+is drawn by weight.
+
 Which engine answers for a replica is the test's choice (`Engines.policy`): `LLAMA_SERVER`,
 llama.cpp's own `llama-server` serving the tiny GGUF the suite generates (tests/engine), so the
 canary gate measures real tokens from a real engine; or a `plnt.gate.fake_server` Behaviour,
@@ -22,6 +28,7 @@ import collections
 import contextlib
 import json
 import os
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +61,9 @@ class Engines:
         self.routes: dict[str, list[dict[str, Any]]] = {}
         # per API server: (namespace, replica label value) of every replica with a Ready pod
         self.ready: dict[str, set[tuple[str, str]]] = {}
+        # per API server: (address, port) per Service (namespace, name) from its EndpointSlices,
+        # where the control plane's route backends lead
+        self.backends: dict[str, dict[tuple[str, str], tuple[str, int]]] = {}
         self._engines: dict[Behaviour, FakeServer] = {}
         self._lock = threading.Lock()
         self._llama = contextlib.ExitStack()
@@ -91,6 +101,10 @@ class Engines:
 
         asyncio.run_coroutine_threadsafe(_start(), self.loop).result(10)
 
+    @staticmethod
+    def addresses_of(slices: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[str, int]]:
+        return backend_addresses(slices)
+
     def count(self, namespace: str, replica: str) -> int:
         """Chat completions the data plane forwarded to one replica's engine."""
         return self.requests[(namespace, replica)]
@@ -122,7 +136,12 @@ class Engines:
                     )
                     await writer.drain()
                     continue
-                namespace, replica, prefix = route
+                backend = _backend(route[3], self.backends.get(api.name, {}), path, route[2])
+                if backend is not None:
+                    (host, port), rest = backend
+                    await _forward(host, port, method, rest, version, headers, body, writer)
+                    continue
+                namespace, replica, prefix, _ = route
                 if (namespace, labels.value(replica)) not in self.ready.get(api.name, set()):
                     payload = b"no healthy upstream"
                     writer.write(
@@ -214,9 +233,48 @@ async def _forward(
         up_writer.close()
 
 
-def _route(routes: list[dict[str, Any]], path: str) -> tuple[str, str, str] | None:
-    """(namespace, replica, matched prefix) of the longest PathPrefix match, or None."""
-    best: tuple[str, str, str] | None = None
+def backend_addresses(slices: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[str, int]]:
+    """(address, port) of each Service with a ready endpoint, from its EndpointSlices."""
+    out = {}
+    for eps in slices:
+        meta = eps["metadata"]
+        service = (meta.get("labels") or {}).get("kubernetes.io/service-name")
+        ports = eps.get("ports") or []
+        for endpoint in eps.get("endpoints") or []:
+            if service and ports and endpoint.get("addresses"):
+                out[(meta["namespace"], service)] = (endpoint["addresses"][0], ports[0]["port"])
+    return out
+
+
+def _backend(
+    route: dict[str, Any],
+    backends: dict[tuple[str, str], tuple[str, int]],
+    path: str,
+    prefix: str,
+) -> tuple[tuple[str, int], str] | None:
+    """Where a route with backendRefs sends ``path``: a backend drawn by weight, and the path
+    with the prefix replaced as its URLRewrite says. None for a route without backendRefs."""
+    namespace = route["metadata"].get("namespace", "")
+    refs = [
+        ref
+        for rule in (route.get("spec") or {}).get("rules") or []
+        for ref in rule.get("backendRefs") or []
+        if (namespace, ref.get("name")) in backends and ref.get("weight", 1) > 0
+    ]
+    if not refs:
+        return None
+    ref = random.choices(refs, weights=[r.get("weight", 1) for r in refs])[0]
+    rest = path[len(prefix.rstrip("/")) :]
+    for f in ref.get("filters") or []:
+        replacement = ((f.get("urlRewrite") or {}).get("path") or {}).get("replacePrefixMatch")
+        if replacement is not None:
+            rest = replacement.rstrip("/") + "/" + rest.lstrip("/")
+    return backends[(namespace, ref["name"])], rest or "/"
+
+
+def _route(routes: list[dict[str, Any]], path: str) -> tuple[str, str, str, dict[str, Any]] | None:
+    """(namespace, replica, matched prefix, route) of the longest PathPrefix match, or None."""
+    best: tuple[str, str, str, dict[str, Any]] | None = None
     for route in routes:
         meta = route["metadata"]
         for rule in (route.get("spec") or {}).get("rules") or []:
@@ -229,5 +287,5 @@ def _route(routes: list[dict[str, Any]], path: str) -> tuple[str, str, str] | No
                     best is None or len(prefix) > len(best[2])
                 ):
                     replica = prefix.strip("/").split("/")[-1]
-                    best = (meta.get("namespace", ""), replica, prefix)
+                    best = (meta.get("namespace", ""), replica, prefix, route)
     return best

@@ -200,7 +200,7 @@ class Simulator:
             lambda: [self._cks_cluster(c) for c in mgmt.list(*CKS_CLUSTER)],
             lambda: [self._helm_release(r) for r in mgmt.list(*RELEASE)],
             lambda: [self._gateway(mgmt, g) for g in mgmt.list(*GATEWAY)],
-            lambda: [self._http_route(mgmt, r) for r in mgmt.list(*HTTPROUTE)],
+            lambda: self._control_plane_routes(mgmt),
         ]
         for api in list(self.plane.workloads.values()):
             out += [
@@ -373,6 +373,18 @@ class Simulator:
             and _has(pod, "Ready")
             and not pod["metadata"].get("deletionTimestamp")
         }
+        for route in routes:
+            self._http_route(api, route)
+
+    def _control_plane_routes(self, api: kube.APIServer) -> None:
+        """The control-plane Gateway's routes, accepted, and what the data plane routes them by:
+        the routes and their backends' addresses (ModelService composes an EndpointSlice per IP
+        endpoint)."""
+        routes = api.list(*HTTPROUTE)
+        self.engines.routes[api.name] = routes
+        self.engines.backends[api.name] = self.engines.addresses_of(
+            api.list("discovery.k8s.io/v1", "EndpointSlice")
+        )
         for route in routes:
             self._http_route(api, route)
 
