@@ -45,19 +45,16 @@ interleaving of the children's reports between two reconciles so shows every ste
   nothing and moves no traffic); SmokeTesting always (every run is tested).
 - A step written on the way carries what is already observed further along (SmokeTesting's
   message gives the verdict and its figures).
-- Until Ready it never steps back: a child that reports an earlier state again (a pod
-  restarted, a status lagging) is told in the message under the step reached. After Ready the
-  run's walk is over and the phase is the target again (a restarting replica shows Deploying).
+- It never steps back within a run: a child that reports an earlier state again (a pod
+  restarted, a replica added, a status lagging a reconcile) is told in the message under the
+  step reached; after Ready, under Ready until the next run (the run is complete).
 - Where it starts. A fresh run (the written `workflowRunId` is another run's: the spec was
   updated) starts before Validating, so Validating is always written first. Pending, and Failed
   because the ModelDeployment cannot be reconciled, are written whenever observed, from any
-  step; the walk resumes after them as after Validating. RolledBack, and Failed by the gate,
-  come after SmokeTesting: the walk shows the steps up to the smoke test first.
-- A settled deployment (no revision under test, nothing just promoted, rolled back or failed)
-  gives the walk nothing to show but readiness and routing, except to a run's walk from its
-  start (a fresh run, or one at Validating), whose test already passed between two reconciles:
-  after Pending, or from a step a restarting replica made it write after Ready, the phase goes
-  to the target at once.
+  step; the walk resumes after them as after Validating, or, when the deployment has settled
+  meanwhile (no revision under test, nothing just promoted, rolled back or failed: a scale-up
+  that could not be placed after Ready), goes to the target at once. RolledBack, and Failed by
+  the gate, come after SmokeTesting: the walk shows the steps up to the smoke test first.
 
 ``endpoint`` is the ModelService URL once a stable revision serves behind it, so it stays
 set through a later update's canary, re-test, promotion or rollback, and is never set before

@@ -361,6 +361,29 @@ def test_pending_during_an_update_resumes_the_walk_after_validating() -> None:
     assert got == ["Validating", "Pending", "PullingWeights", "Deploying", "SmokeTesting"]
 
 
+def test_pending_after_ready_goes_back_to_ready_without_a_second_walk() -> None:
+    """A scale-up that cannot be placed after Ready is Pending; once placed, the settled
+    deployment has nothing of the run left to show."""
+    xr = updated(model__quantization="fp8")
+    xr["status"] = status(run(xr, canary_children(8, "")))
+    run_id = xr["status"]["workflowRunId"]
+    xr["status"]["phase"] = "Ready"
+    settled = canary_children(8, run_id)
+    unplaced = copy.deepcopy(settled)
+    unplaced[fn.DEPLOYMENT]["status"]["conditions"][0] = {
+        "type": "ReplicasScheduled",
+        "status": "False",
+        "message": "placed 1 of 2 replicas",
+    }
+    got = []
+    for children in (unplaced, settled, settled):
+        st = status(run(xr, children))
+        got.append(st["phase"])
+        xr = copy.deepcopy(xr)
+        xr["status"] = st
+    assert got == ["Pending", "Ready", "Ready"]
+
+
 def test_a_verdict_of_another_run_is_not_this_runs() -> None:
     other = _md({"stable": "b"}, None, _SCHEDULED, _READY, _PROMOTED, run_id="r-other")
     phase = phases.derive(
