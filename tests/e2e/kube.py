@@ -152,20 +152,18 @@ class APIServer:
         client, peer, secure = free_port(), free_port(), free_port()
         self.port = secure
         self.url = f"https://127.0.0.1:{secure}"
-        procs.start(
-            f"{name}-etcd",
-            [
-                str(ETCD),
-                f"--data-dir={workdir / 'etcd'}",
-                f"--name={name}",
-                f"--listen-client-urls=http://127.0.0.1:{client}",
-                f"--advertise-client-urls=http://127.0.0.1:{client}",
-                f"--listen-peer-urls=http://127.0.0.1:{peer}",
-                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-                f"--initial-cluster={name}=http://127.0.0.1:{peer}",
-                "--quota-backend-bytes=4294967296",
-            ],
-        )
+        self._etcd_argv = [
+            str(ETCD),
+            f"--data-dir={workdir / 'etcd'}",
+            f"--name={name}",
+            f"--listen-client-urls=http://127.0.0.1:{client}",
+            f"--advertise-client-urls=http://127.0.0.1:{client}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster={name}=http://127.0.0.1:{peer}",
+            "--quota-backend-bytes=4294967296",
+        ]
+        procs.start(f"{name}-etcd", self._etcd_argv)
         serving = ca.server(f"{name}-apiserver", "127.0.0.1", "localhost")
         (workdir / "serving.crt").write_bytes(serving.cert)
         (workdir / "serving.key").write_bytes(serving.key)
@@ -178,27 +176,25 @@ class APIServer:
                 f'{token},{user},{user}-uid,"{group}"\n' for token, (user, group) in tokens.items()
             )
         )
-        procs.start(
-            f"{name}-apiserver",
-            [
-                str(KUBE_APISERVER),
-                f"--etcd-servers=http://127.0.0.1:{client}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                "--endpoint-reconciler-type=none",
-                f"--secure-port={secure}",
-                f"--tls-cert-file={workdir / 'serving.crt'}",
-                f"--tls-private-key-file={workdir / 'serving.key'}",
-                f"--client-ca-file={workdir / 'ca.crt'}",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-account-key-file={sa_key}",
-                f"--service-account-signing-key-file={sa_key}",
-                f"--token-auth-file={token_file}",
-                "--authorization-mode=RBAC",
-                "--service-cluster-ip-range=10.96.0.0/24",
-                "--enable-priority-and-fairness=false",
-            ],
-        )
+        self._apiserver_argv = [
+            str(KUBE_APISERVER),
+            f"--etcd-servers=http://127.0.0.1:{client}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none",
+            f"--secure-port={secure}",
+            f"--tls-cert-file={workdir / 'serving.crt'}",
+            f"--tls-private-key-file={workdir / 'serving.key'}",
+            f"--client-ca-file={workdir / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={sa_key}",
+            f"--service-account-signing-key-file={sa_key}",
+            f"--token-auth-file={token_file}",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            "--enable-priority-and-fairness=false",
+        ]
+        procs.start(f"{name}-apiserver", self._apiserver_argv)
         self.http = httpx.Client(
             base_url=self.url,
             verify=ssl.create_default_context(cafile=str(workdir / "ca.crt")),
@@ -223,6 +219,18 @@ class APIServer:
                 pass
             time.sleep(0.3)
         raise TimeoutError(f"{self.name} API server not ready after {seconds}s")
+
+    def stop(self) -> None:
+        """Stops kube-apiserver, then etcd (SIGTERM: as an operator's restart would)."""
+        self.procs.stop(f"{self.name}-apiserver")
+        self.procs.stop(f"{self.name}-etcd")
+
+    def start(self, seconds: float = 90) -> None:
+        """Starts etcd and kube-apiserver again, on the same data directory, ports and
+        certificates, and waits until the API server is ready."""
+        self.procs.start(f"{self.name}-etcd", self._etcd_argv)
+        self.procs.start(f"{self.name}-apiserver", self._apiserver_argv)
+        self.wait_ready(seconds)
 
     def kubeconfig(self, path: pathlib.Path, token: str | None = None) -> pathlib.Path:
         path.write_text(yaml.safe_dump(self.kubeconfig_doc(token)))

@@ -11,13 +11,19 @@ every Deployment, ResourceClaimTemplate and pod of the namespace (uid), which mu
 what the replicas composed. Each scenario leaves the fleet serving for the next:
 
 - d: the published ledger ConfigMap overwritten with bad JSON, then repaired as
-  docs/reconciler.md says (the damaged copy deleted, the binder rebuilds it).
+  docs/reconciler.md says (the damaged copy deleted, the binder rebuilds it);
+- c: the binder exits between its ledger write and its annotation writes (its test-only crash
+  hook, docs/reconciler.md) and is started again;
+- b: provider-kubernetes killed while a replica is added, and started again;
+- a: the control plane's kube-apiserver and etcd stopped and started on the same data directory.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -368,3 +374,105 @@ def test_d_a_corrupt_ledger_keeps_what_serves_and_binds_once_repaired(
     assert {k: v for k, v in grown.replicas.items() if k in before.replicas} == before.replicas
     assert {k: grown.workload.get(k) for k in before.workload} == before.workload
     answered(grown)
+
+
+def _scale(plane: ControlPlane, name: str, replicas: int) -> None:
+    patch = json.dumps({"spec": {"replicas": replicas}})
+    plane.kubectl("patch", "modeldeployment", name, "-n", NS, "--type=merge", "-p", patch)
+
+
+def test_c_a_binder_dead_between_its_ledger_and_its_annotations_finishes_them(
+    plane: ControlPlane, serving: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = wait_serving(plane, serving, 240)
+    assert_intact(plane, before)
+    # the binder again, with its test-only hook: it exits right after its next ledger write
+    plane.procs.stop("plnt-binder")
+    crashing = plane.procs.start(
+        "plnt-binder",
+        plane.binder_argv,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", binder.CRASH_AFTER_LEDGER_WRITE: "1"},
+    )
+    _scale(plane, DEPLOYMENTS[0], 2)
+    live.wait_for(lambda: crashing.poll() is not None, 180, "the binder to exit after a commit")
+    assert crashing.returncode == binder.CRASH_EXIT_CODE, plane.procs.tail("plnt-binder")
+    # committed, not annotated: the new replica is in both ledger copies, and nothing else is
+    published, record_copy = _ledger_copies(plane)
+    assert published == record_copy
+    replicas = {r["metadata"]["name"]: r for r in plane.mgmt.list(*MR, namespace=NS)}
+    (new,) = set(replicas) - set(before.replicas)
+    assert published.entries[f"{NS}/{new}"].uid == replicas[new]["metadata"]["uid"]
+    assert binding.state_of(replicas[new]).state != binding.BOUND
+    assert published.sequence == before.sequence + 1
+
+    restarted = time.monotonic()
+    plane.restart("plnt-binder")
+    serving[DEPLOYMENTS[0]] = 2
+    after = wait_serving(plane, serving, 240)
+    report("a binder dead between its ledger and annotation writes", time.monotonic() - restarted,
+           capsys)  # fmt: skip
+    assert_intact(plane, after)
+    # finished, not committed again: the entry is the one written before the crash
+    published_after, _ = _ledger_copies(plane)
+    assert published_after.entries[f"{NS}/{new}"] == published.entries[f"{NS}/{new}"]
+    assert set(after.replicas) == set(before.replicas) | {new}
+    assert {k: after.replicas[k] for k in before.replicas} == before.replicas
+    assert {k: after.workload.get(k) for k in before.workload} == before.workload
+    answered(after)
+
+
+def test_b_provider_kubernetes_killed_while_a_replica_is_added(
+    plane: ControlPlane, serving: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = wait_serving(plane, serving, 240)
+    assert_intact(plane, before)
+    plane.procs.stop("provider-kubernetes", kill=True)
+    _scale(plane, DEPLOYMENTS[1], 2)
+    # the new replica is bound and composed meanwhile; nothing reaches the workload cluster
+
+    def composed_unapplied() -> bool:
+        replicas = plane.mgmt.list(*MR, namespace=NS)
+        new = [r for r in replicas if r["metadata"]["name"] not in before.replicas]
+        return bool(new) and all(binding.state_of(r).state == binding.BOUND for r in new)
+
+    live.wait_for(
+        composed_unapplied, 180, "the new replica bound while provider-kubernetes is down"
+    )
+    assert read_workload(plane) == before.workload
+    answered(before)
+    restarted = time.monotonic()
+    plane.procs.start("provider-kubernetes", plane.provider_argv, env=plane.provider_env)
+    serving[DEPLOYMENTS[1]] = 2
+    after = wait_serving(plane, serving, 300)
+    report("provider-kubernetes killed and restarted", time.monotonic() - restarted, capsys)
+    assert_intact(plane, after)
+    assert len(set(after.replicas) - set(before.replicas)) == 1
+    assert {k: after.replicas[k] for k in before.replicas} == before.replicas
+    assert {k: after.bindings[k] for k in before.replicas} == before.bindings
+    assert {k: after.workload.get(k) for k in before.workload} == before.workload
+    answered(after)
+
+
+def test_a_the_control_planes_api_server_and_etcd_restarted_on_their_data(
+    plane: ControlPlane, serving: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = wait_serving(plane, serving, 240)
+    assert_intact(plane, before)
+    view_before, _ = fleet_view.read(
+        plane.mgmt.list("v1", "ConfigMap", namespace=fleet_view.NAMESPACE)
+    )
+    plane.mgmt.stop()
+    answered(before)  # the workload cluster's data plane does not need the control plane
+    restarted = time.monotonic()
+    plane.mgmt.start()
+    after = wait_serving(plane, serving, 300)
+    report("the control plane's kube-apiserver and etcd restarted", time.monotonic() - restarted,
+           capsys)  # fmt: skip
+    # ledgers, bindings and the fleet view survive as they were
+    assert after == before
+    assert_intact(plane, after)
+    view_after, _ = fleet_view.read(
+        plane.mgmt.list("v1", "ConfigMap", namespace=fleet_view.NAMESPACE)
+    )
+    assert view_after[fleet.CLUSTER] == view_before[fleet.CLUSTER]
+    answered(after)
