@@ -204,12 +204,20 @@ CROSSPLANE_SPEC = "crossplane"
 
 
 def digest(obj: Mapping[str, Any]) -> str:
-    """The digest of what the replica runs: its whole spec (cluster, every engine and member
-    with its pool, device requests and pod template, serving, cache), all but Crossplane's own
-    references. A commit holds this digest, so any later edit (an image, resources, copies) is
-    not bound until the binder commits it again."""
+    """The digest of what the replica runs: its whole spec as the ModelReplica function reads it
+    (cluster, every engine and member with its pool, device requests and pod template, serving,
+    cache; defaults written out, so the API server's defaulting changes nothing), never
+    Crossplane's own references. A commit holds this digest, so any later edit (an image,
+    resources, copies) is not bound until the binder commits it again. A spec the function
+    cannot read is digested as written (it renders nothing anyway)."""
+    from plnt.models.model_replica import ModelReplicaSpec  # plnt.models stands on plnt.xp
+
     spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != CROSSPLANE_SPEC}
-    body = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    try:
+        read: Any = ModelReplicaSpec.model_validate(spec).dump()
+    except ValidationError:
+        read = spec
+    body = json.dumps(read, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 

@@ -21,6 +21,8 @@ ENFORCED = "Enforced"
 def run(rsp: fnv1.RunFunctionResponse, xr: dict[str, Any]) -> fnv1.RunFunctionResponse:
     spec = xp.parse(InferenceQuotaSpec, xr.get("spec") or {}, "spec")
     caps = ", ".join(f"{n} {cls}" for cls, n in sorted(spec.hard.devices.items()))
+    if spec.hard.cache_storage is not None:
+        caps += f" and {spec.hard.cache_storage} of ModelCache storage"
     xp.set_conditions(
         rsp,
         xp.Condition(

@@ -10,6 +10,15 @@ source reaches the script only through environment variables, so a URI can never
 shell. The Job's name carries a hash of the source: a new URI stages afresh instead of
 editing an immutable Job. Ready (and ``WeightsStaged`` True) once the Job
 has succeeded; ``status.pvcName`` names the claim ModelReplicas mount.
+
+Tenancy (docs/tenancy.md, "Caches"): a cache claims storage on a cluster as a replica claims
+devices, so it is held to the same rules. It requires its Namespace (labels) and the binder's
+quota ledgers; it composes only when the cluster's fence admits its namespace (the check the
+scheduler and the binder make, plnt.tenancy) and every InferenceQuota capping cache storage in
+its namespace has reserved exactly its size there. Otherwise ``WeightsStaged`` is False with
+the reason (``NamespaceNotAdmitted``, ``InsufficientQuota``, ``AwaitingReservation``) and a
+Warning, nothing new is composed, and what it composed before is kept exactly as observed (a
+volume replicas mount is never deleted by a fence or quota changed under it, nor grown).
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import conditions, labels, names, weights, workload_cluster, xp
+from plnt import conditions, labels, ledger_parse, names, tenancy, weights, workload_cluster, xp
 from plnt.models.model_cache import ModelCacheSpec, Source
 
 OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
@@ -27,6 +36,12 @@ FAILED = "Failed"
 CACHE_MOUNT = "/cache"
 BACKOFF_LIMIT = 4
 CACHE_LABEL = f"{labels.DOMAIN}/model-cache"
+NAMESPACE_REQUIREMENT = "namespace"
+# WeightsStaged reasons while tenancy holds the cache back
+NOT_ADMITTED = "NamespaceNotAdmitted"
+INSUFFICIENT_QUOTA = "InsufficientQuota"
+AWAITING_RESERVATION = "AwaitingReservation"
+QUOTA_UNKNOWN = "QuotaUnknown"
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -38,7 +53,9 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     spec = xp.parse(ModelCacheSpec, xr.get("spec") or {}, "spec")
     name, namespace = meta["name"], meta.get("namespace") or "default"
     clusters = workload_cluster.pinned_cluster(req, rsp, spec.cluster_name)
-    if clusters is None:
+    ns = xp.require(req, rsp, NAMESPACE_REQUIREMENT, "v1", "Namespace", match_name=namespace)
+    quota_ledgers = xp.require_quota_ledgers(req, rsp)
+    if clusters is None or ns is None or quota_ledgers is None:
         return rsp
     status = (clusters[0].get("status") or {}) if clusters else {}
     provider_config = (status.get("providerConfigRef") or {}).get("name")
@@ -56,9 +73,27 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         )
         xp.set_composite_ready(rsp, False)
         return rsp
+    observed = xp.observed_resources(req)
+    held_back = tenancy_hold(
+        clusters[0],
+        spec,
+        meta,
+        namespace,
+        namespace_obj=ns[0] if ns else None,
+        quota_ledgers=quota_ledgers,
+    )
+    if held_back is not None:
+        reason, why = held_back
+        keep_as_observed(rsp, observed)
+        kept = " (what it composed is kept as it is)" if observed else ""
+        xp.set_conditions(
+            rsp, conditions.waiting(WEIGHTS_STAGED, f"{why}: nothing new is composed{kept}", reason)
+        )
+        xp.warning(rsp, f"{reason}: {why}")
+        xp.set_composite_ready(rsp, False)
+        return rsp
     storage_class = spec.storage_class_name or (status.get("cache") or {}).get("storageClassName")
     pvc_name = names.dns_subdomain(name, "weights")
-    observed = xp.observed_resources(req)
 
     # --- desired resources --------------------------------------------------------------------
     def obj(manifest: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -104,6 +139,52 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             ),
         )
     return rsp
+
+
+def tenancy_hold(
+    cluster: dict[str, Any],
+    spec: ModelCacheSpec,
+    meta: dict[str, Any],
+    namespace: str,
+    *,
+    namespace_obj: dict[str, Any] | None,
+    quota_ledgers: list[dict[str, Any]],
+) -> tuple[str, str] | None:
+    """(reason, why) tenancy keeps the cache from claiming storage on its cluster, or None:
+    the cluster's fence, then every quota capping cache storage in the namespace."""
+    fence = (cluster.get("spec") or {}).get("namespaceSelector")
+    if not tenancy.admits(fence, tenancy.namespace_labels(namespace_obj, namespace)):
+        return NOT_ADMITTED, tenancy.fence_message(spec.cluster_name, namespace)
+    quotas, unreadable = ledger_parse.quota_ledgers_in(quota_ledgers)
+    if unreadable:
+        return QUOTA_UNKNOWN, "cannot tell whether its storage is reserved: " + "; ".join(
+            u.message for u in unreadable
+        )
+    size = tenancy.cache_bytes(spec.size)
+    why = tenancy.cache_unreserved(
+        quotas,
+        namespace,
+        meta["name"],
+        uid=meta.get("uid", "") or "",
+        digest=tenancy.cache_digest(spec.cluster_name, size),
+        size=size,
+    )
+    if not why:
+        return None
+    return (AWAITING_RESERVATION if why.startswith("awaiting") else INSUFFICIENT_QUOTA), why
+
+
+def keep_as_observed(rsp: fnv1.RunFunctionResponse, observed: dict[str, dict[str, Any]]) -> None:
+    """Desires every composed Object again exactly as observed (Crossplane deletes what a
+    function stops returning): held back, a cache neither loses nor changes its volume."""
+    for name, seen in observed.items():
+        if (seen.get("apiVersion"), seen.get("kind")) != (OBJECT_API_VERSION, "Object"):
+            continue
+        out: dict[str, Any] = {"apiVersion": OBJECT_API_VERSION, "kind": "Object"}
+        if (seen.get("metadata") or {}).get("name"):
+            out["metadata"] = {"name": seen["metadata"]["name"]}
+        out["spec"] = seen.get("spec") or {}
+        xp.compose(rsp, name, out, ready=xp.is_ready(seen))
 
 
 def observed_status(obj: dict[str, Any] | None) -> dict[str, Any]:

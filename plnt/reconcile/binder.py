@@ -34,7 +34,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic
 
 import pydantic
@@ -301,14 +301,20 @@ class Binder:
         return True
 
     def write_quota_status(self, quota: Mapping[str, Any], state: tenancy.QuotaLedger) -> None:
-        """status.used (devices per class), status.namespaces, status.replicas: what
-        `kubectl get inferencequota` shows beside spec.hard."""
+        """status.used (devices per class, and cache storage in bytes when capped),
+        status.namespaces, status.replicas, status.caches: what `kubectl get inferencequota`
+        shows beside spec.hard."""
         used = state.used()
-        status = {
-            "used": {"devices": {c: used.get(c, 0) for c in sorted(set(used) | set(state.hard))}},
+        classes = sorted((set(used) | set(state.hard)) - {tenancy.CACHE_STORAGE})
+        caches = sum(1 for k in state.entries if tenancy.CACHE_KEY_PREFIX in k)
+        status: dict[str, Any] = {
+            "used": {"devices": {c: used.get(c, 0) for c in classes}},
             "namespaces": list(state.namespaces),
-            "replicas": len(state.entries),
+            "replicas": len(state.entries) - caches,
         }
+        if tenancy.CACHE_STORAGE in state.hard or caches:
+            status["used"]["cacheStorage"] = used.get(tenancy.CACHE_STORAGE, 0)
+            status["caches"] = caches
         seen = quota.get("status") or {}
         if all(seen.get(k) == v for k, v in status.items()):
             return
@@ -383,6 +389,7 @@ class Binder:
         quota_read = self.read_quota_ledgers(set(quotas), lambda q: _quota_counted(quotas[q]))
         self._remove_orphan_quota_ledgers(set(quotas))
         replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+        caches = self._caches(quotas.values())
         closed = {n: h.closed for n, h in read.items() if h.closed is not None}
         closed_quotas = {n: h.closed for n, h in quota_read.items() if h.closed is not None}
         decided: list[ledgers.QuotaDecision] = []
@@ -392,8 +399,9 @@ class Binder:
                     quotas[name],
                     quota_read[name],
                     replicas,
+                    caches,
                     namespaces,
-                    clusters,
+                    clusters=clusters,
                     closed=set(closed),
                 )
             )
@@ -460,14 +468,22 @@ class Binder:
             forgotten=True,
         )
 
+    def _caches(self, quotas: Iterable[Mapping[str, Any]]) -> list[ledgers.Replica]:
+        """The ModelCaches as quotas weigh them, when some quota caps cache storage (else none
+        is read: nothing counts them)."""
+        if not any(tenancy.CACHE_STORAGE in ledgers.quota_terms(q)[1] for q in quotas):
+            return []
+        return [ledgers.Replica.of_cache(o) for o in self._list("modelcaches")]
+
     def _reserve(
         self,
         quota: Mapping[str, Any],
         held: ledgers.Held[tenancy.QuotaLedger],
         replicas: list[ledgers.Replica],
+        caches: list[ledgers.Replica],
         namespaces: Mapping[str, Mapping[str, str]],
-        clusters: Mapping[str, Mapping[str, Any]],
         *,
+        clusters: Mapping[str, Mapping[str, Any]],
         closed: set[str],
     ) -> ledgers.QuotaDecision:
         """One quota's reservations, written by compare-and-swap (a conflict re-reads the quota
@@ -479,24 +495,31 @@ class Binder:
             state = held.state
             if state is None:
                 break
-            fenced = ledgers.tenancy_refusals(replicas, clusters, namespaces)
+            # A cache claims storage on its cluster whatever that cluster's ledger holds, so a
+            # closed ledger does not keep it from a reservation; a fence does.
+            weighed = [*replicas, *caches]
+            fenced = ledgers.tenancy_refusals(weighed, clusters, namespaces)
             eligible = {
                 r.key for r in replicas if r.cluster in clusters and r.cluster not in closed
-            }
+            } | {c.key for c in caches if c.cluster in clusters}
             decision = ledgers.decide_quota(
-                state, quota, replicas, namespaces, eligible=eligible - set(fenced)
+                state, quota, weighed, namespaces, eligible=eligible - set(fenced)
             )
             if self.commit(QUOTA_LEDGERS, name, held, decision.ledger, decision.changed):
                 return decision
             # first the ledger, then the list
             held = self.read_quota_ledger(name, lambda _: _quota_counted(quota))
             replicas[:] = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+            if caches:  # read this pass: some quota caps cache storage
+                caches[:] = [ledgers.Replica.of_cache(o) for o in self._list("modelcaches")]
         log.warning("InferenceQuota %s: its ledger kept changing or does not read; nothing new "
                     "reserved", name)  # fmt: skip
         # Every replica of the namespaces it covers and has not reserved waits: no commit may
         # count on a reservation this pass could not make.
         state = held.state or tenancy.QuotaLedger(quota=name)
-        cover = sorted(set(state.namespaces) | set(ledgers.covered(quota, replicas, namespaces)))
+        cover = sorted(
+            set(state.namespaces) | set(ledgers.covered(quota, [*replicas, *caches], namespaces))
+        )
         return ledgers.QuotaDecision(
             state.model_copy(update={"namespaces": cover}), False, {}, written=False
         )

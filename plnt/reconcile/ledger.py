@@ -53,6 +53,28 @@ class Replica:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @staticmethod
+    def of_cache(obj: Mapping[str, Any]) -> Replica:
+        """A ModelCache as quotas weigh it: its storage as a device class of its own
+        (`tenancy.CACHE_STORAGE`), under a key no replica has (`tenancy.cache_key`). It is only
+        ever given to `decide_quota`, never to a cluster's decision: a cache takes no device."""
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        cluster = str(spec.get("clusterName") or "")
+        size = tenancy.cache_bytes(spec.get("size"))
+        return Replica(
+            namespace=meta.get("namespace", ""),
+            name=tenancy.CACHE_KEY_PREFIX + meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            created=meta.get("creationTimestamp", ""),
+            cluster=cluster,
+            state=binding.State(binding.PENDING, tenancy.cache_digest(cluster, size), {}),
+            binding_annotation="",
+            refused_annotation="",
+            over_annotation="",
+            devices={tenancy.CACHE_STORAGE: size},
+        )
+
     def demand(self, pools: Mapping[str, capacity.Pool]) -> dict[str, tuple[capacity.Pods, ...]]:
         """What it asks of `pools` (its cluster's), from its spec alone (plnt.demand): never
         from the demand annotation its proposer, or anyone else, wrote."""
@@ -199,10 +221,14 @@ class QuotaDecision:
 
 
 def quota_terms(obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
-    """An InferenceQuota's namespace selector and hard devices per device class."""
+    """An InferenceQuota's namespace selector and hard limits: devices per device class, and
+    cache storage in bytes (`tenancy.CACHE_STORAGE`) when it caps it."""
     spec = obj.get("spec") or {}
-    hard = ((spec.get("hard") or {}).get("devices")) or {}
-    return dict(spec.get("namespaceSelector") or {}), {str(k): int(v) for k, v in hard.items()}
+    hard_spec = spec.get("hard") or {}
+    hard = {str(k): int(v) for k, v in (hard_spec.get("devices") or {}).items()}
+    if hard_spec.get("cacheStorage") is not None:
+        hard[tenancy.CACHE_STORAGE] = tenancy.cache_bytes(hard_spec["cacheStorage"])
+    return dict(spec.get("namespaceSelector") or {}), hard
 
 
 def decide_quota(

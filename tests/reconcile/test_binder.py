@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -56,6 +57,7 @@ def fleet_crds(kube_apiserver):
         ("InferenceCluster", "inferenceclusters", "Cluster"),
         ("InferenceClass", "inferenceclasses", "Cluster"),
         ("ModelReplica", "modelreplicas", "Namespaced"),
+        ("ModelCache", "modelcaches", "Namespaced"),
         ("InferenceQuota", "inferencequotas", "Cluster"),
     ):
         r = kube_apiserver.admin.post(
@@ -442,6 +444,51 @@ def test_a_quota_caps_the_namespaces_it_covers_and_shows_its_use(kube_apiserver,
     }
     # the room was capacity's too: the pool had 8 GPUs, so only the quota refused
     assert outcome.refused == {f"{refused}/r-0": found[refused].message}
+
+
+def test_a_quota_caps_cache_storage_oldest_first(kube_apiserver, api, cluster_name):
+    """As the binder's ServiceAccount (package/rbac/binder-tenancy.yaml lets it list caches):
+    two 30Gi ModelCaches under a 50Gi cap; the older is reserved, and the status says so."""
+    group = uuid.uuid4().hex[:6]
+    quota = f"q-{group}"
+    kube_apiserver.create(
+        {
+            "apiVersion": GV,
+            "kind": "InferenceQuota",
+            "metadata": {"name": quota},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"quota-group": group}},
+                "hard": {"devices": {"gpu.nvidia.com": 4}, "cacheStorage": "50Gi"},
+            },
+        }
+    )
+    namespace = f"caches-{group}"
+    kube_apiserver.create(
+        {"apiVersion": "v1", "kind": "Namespace",
+         "metadata": {"name": namespace, "labels": {"quota-group": group}}}
+    )  # fmt: skip
+    for name in ("older", "newer"):
+        kube_apiserver.admin.post(
+            f"/apis/{GV}/namespaces/{namespace}/modelcaches",
+            json={"apiVersion": GV, "kind": "ModelCache",
+                  "metadata": {"name": name, "namespace": namespace},
+                  "spec": {"clusterName": cluster_name, "size": "30Gi",
+                           "source": {"uri": "hf://Qwen/Qwen3-8B"}}},
+        ).raise_for_status()  # fmt: skip
+        time.sleep(1.1)  # creationTimestamp has a resolution of one second
+    b = binder.Binder(api)
+    b.bind_once()
+    held = b.read_quota_ledger(quota).state
+    assert held is not None
+    assert list(held.entries) == [tenancy.cache_key(namespace, "older")]
+    assert held.hard[tenancy.CACHE_STORAGE] == 50 * 1024**3
+    status = kube_apiserver.admin.get(f"/apis/{GV}/inferencequotas/{quota}").json()["status"]
+    assert status == {
+        "used": {"devices": {"gpu.nvidia.com": 0}, "cacheStorage": 30 * 1024**3},
+        "namespaces": [namespace],
+        "replicas": 0,
+        "caches": 1,
+    }
 
 
 # --- a damaged or lost ledger (docs/reconciler.md) ---------------------------------------------
