@@ -11,7 +11,9 @@ not the tolerations, decides placement), the member's claim beside the engine co
 CPU/memory, a readiness probe on the engine's http port, ``MODELPLANE_LEADER_ADDRESS`` and
 ``MODELPLANE_RANK`` (aliases of LWS's variables in a gang; a Standalone pod is its own leader
 at its pod IP, rank 0), and plnt's labels. The user's env, command, args, ports, resources,
-imagePullSecrets and template metadata pass through unchanged; plnt's labels win a clash.
+imagePullSecrets and template metadata pass through unchanged (resources and annotations only
+as plnt.pod_policy allows them: the function refuses the replica otherwise); plnt's labels win
+a clash.
 A member whose template annotations name weights stages them with an init container into an
 emptyDir the engine mounts read-only (staging.py); a ModelCache's PVC wins over it.
 """
