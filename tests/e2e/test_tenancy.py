@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -53,12 +54,18 @@ def deployment(name: str, ns: str, replicas: int) -> dict[str, Any]:
     return md
 
 
-def forged_replica(ns: str) -> dict[str, Any]:
-    """The seed ModelReplica pinned onto the live fleet, with a binding its author wrote."""
+def forged_replica(plane, ns: str) -> dict[str, Any]:
+    """The seed ModelReplica pinned onto the live fleet, with a binding its author wrote for
+    the spec exactly as the API server stores it (defaults filled in, read back through a
+    server-side dry run), as a careful forger would."""
     mr = yaml.safe_load((REPO / "examples" / "model-replica-qwen3-8b" / "xr.yaml").read_text())
     mr["metadata"] = {"name": "forged", "namespace": ns}
     mr["spec"]["clusterName"] = fleet.CLUSTER
     mr["spec"]["engines"][0]["members"][0]["nodePoolName"] = "h100"
+    stored = json.loads(
+        plane.kubectl("apply", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(mr))
+    )
+    mr["spec"] = stored["spec"]
     digest = binding.state_of(mr).digest
     mr["metadata"]["annotations"] = {
         binding.BINDING: binding.binding_json(digest, fleet.CLUSTER, {}, replica=f"{ns}/forged")
@@ -73,10 +80,8 @@ def _objects_of(plane, ns: str) -> list[dict[str, Any]]:
 def test_a_forged_binding_renders_nothing_on_the_workload_cluster(plane) -> None:
     fleet.ensure(plane)
     ns = "tenant-forger"
-    plane.kubectl(
-        "apply", "-f", "-",
-        stdin=yaml.safe_dump_all([namespace(ns), quota(ns, 0), forged_replica(ns)]),
-    )  # fmt: skip
+    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([namespace(ns), quota(ns, 0)]))
+    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(forged_replica(plane, ns)))
     try:
         mr = live.wait_object(
             plane.mgmt, API, "ModelReplica", "forged", ns,
