@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from plnt import binding, tenancy
 
@@ -64,25 +64,37 @@ def _first_error(err: ValidationError) -> str:
     return f"{where}: {first.get('msg', 'invalid')}{more}"
 
 
+_Ledger = TypeVar("_Ledger", bound=BaseModel)
+
+
+def _validated(model: type[_Ledger], raw: Any, configmap: str, what: str) -> _Ledger:
+    """`raw` read as `model`, or the first schema error, naming the ConfigMap."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise UnreadableLedgerError(
+            configmap, LEDGER_MALFORMED, f"is not {what}: {_first_error(err)}"
+        ) from None
+
+
+def _non_negative(sequence: int, configmap: str) -> None:
+    if sequence < 0:
+        raise UnreadableLedgerError(
+            configmap, LEDGER_WRONG_SEQUENCE, f"has a negative sequence {sequence}"
+        )
+
+
 def parse_cluster_ledger(text: str | None, cluster: str, configmap: str) -> binding.Ledger:
     """The ledger of `cluster` from the JSON text stored in `configmap` ("<namespace>/<name>")."""
     raw = _json(text, configmap, binding.LEDGER_DATA_KEY)
-    try:
-        parsed = binding.Ledger.model_validate(raw)
-    except ValidationError as err:
-        raise UnreadableLedgerError(
-            configmap, LEDGER_MALFORMED, f"is not a ledger: {_first_error(err)}"
-        ) from None
+    parsed = _validated(binding.Ledger, raw, configmap, "a ledger")
     if parsed.cluster != cluster:
         raise UnreadableLedgerError(
             configmap,
             LEDGER_MISPLACED,
             f"is the ledger of cluster {parsed.cluster!r}, not of {cluster!r}",
         )
-    if parsed.sequence < 0:
-        raise UnreadableLedgerError(
-            configmap, LEDGER_WRONG_SEQUENCE, f"has a negative sequence {parsed.sequence}"
-        )
+    _non_negative(parsed.sequence, configmap)
     for key, entry in sorted(parsed.entries.items()):
         if entry.sequence > parsed.sequence or entry.sequence < 0:
             raise UnreadableLedgerError(
@@ -97,22 +109,14 @@ def parse_cluster_ledger(text: str | None, cluster: str, configmap: str) -> bind
 def parse_quota_ledger(text: str | None, quota: str, configmap: str) -> tenancy.QuotaLedger:
     """The quota ledger of InferenceQuota `quota` from the JSON text stored in `configmap`."""
     raw = _json(text, configmap, tenancy.QUOTA_DATA_KEY)
-    try:
-        parsed = tenancy.QuotaLedger.model_validate(raw)
-    except ValidationError as err:
-        raise UnreadableLedgerError(
-            configmap, LEDGER_MALFORMED, f"is not a quota ledger: {_first_error(err)}"
-        ) from None
+    parsed = _validated(tenancy.QuotaLedger, raw, configmap, "a quota ledger")
     if parsed.quota != quota:
         raise UnreadableLedgerError(
             configmap,
             LEDGER_MISPLACED,
             f"is the quota ledger of InferenceQuota {parsed.quota!r}, not of {quota!r}",
         )
-    if parsed.sequence < 0:
-        raise UnreadableLedgerError(
-            configmap, LEDGER_WRONG_SEQUENCE, f"has a negative sequence {parsed.sequence}"
-        )
+    _non_negative(parsed.sequence, configmap)
     return parsed
 
 
