@@ -29,6 +29,8 @@ step "kube-apiserver, -controller-manager, -scheduler, kubectl" \
   .venv/bin/python -m tests.reconcile.apiserver --install
 # The DRA CEL parity tests run Kubernetes' own CEL library through a small Go oracle.
 step "DRA CEL oracle" .venv/bin/python -c "from tests.cel.oracle import build_oracle; build_oracle()"
+# Rendered manifests are checked with Kubernetes' own validation, compiled from tests/k8svalidate.
+step "Kubernetes validator" .venv/bin/python -c "from tests.k8svalidate.runner import build; build()"
 # The canary gate meets a real engine: llama.cpp's llama-server, built once from PyPI's
 # llama-cpp-python sdist and cached in .tools/bin.
 step "llama-server" hack/install-llama-server.sh

@@ -170,8 +170,8 @@ def crank() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
-def k8svalidate(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+def k8svalidate() -> pathlib.Path:
     """Kubernetes' own strict decoding and validation (tests/k8svalidate, built with Go)."""
     from tests.k8svalidate import runner
 
-    return runner.build(tmp_path_factory.mktemp("k8svalidate"))
+    return runner.build()

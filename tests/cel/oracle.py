@@ -1,56 +1,24 @@
 """Build and run the Go oracle (tests/oracle): Kubernetes' DRA CEL on a list of cases.
 
-The binary goes to .tools/oracle and is rebuilt only when a source file changed (a hash
-stamp beside it). A file lock keeps parallel pytest workers from building twice.
+The binary goes to .tools/oracle and is rebuilt only when a source file changed
+(tests/gobuild.py).
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.gobuild import REPO, TOOLS, build_cached
+
 SOURCE = REPO / "tests" / "oracle"
-TOOLS = REPO / ".tools"
 BINARY = TOOLS / "oracle"
-STAMP = TOOLS / "oracle.stamp"
-
-
-def _source_hash() -> str:
-    digest = hashlib.sha256()
-    for path in sorted(SOURCE.iterdir()):
-        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def build_oracle() -> Path:
     """Path to an up-to-date oracle binary, building it with `go build` if needed."""
-    TOOLS.mkdir(exist_ok=True)
-    wanted = _source_hash()
-    with open(TOOLS / "oracle.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if BINARY.exists() and STAMP.exists() and STAMP.read_text() == wanted:
-            return BINARY
-        env = {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0"}
-        result = subprocess.run(
-            [shutil.which("go") or "/usr/local/go/bin/go", "build", "-o", str(BINARY), "."],
-            cwd=SOURCE,
-            env=env,
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"go build of the oracle failed:\n{result.stderr}")
-        STAMP.write_text(wanted)
-    return BINARY
+    return build_cached(SOURCE, "oracle")
 
 
 def run_oracle(binary: Path, cases: list[dict]) -> dict[str, dict]:

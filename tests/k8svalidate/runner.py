@@ -1,8 +1,8 @@
 """Kubernetes' own validation of rendered manifests, offline (see main.go beside this file).
 
-``build(dest)`` compiles the validator once (``go build``; modules come from the Go module
-proxy or the local module cache); ``validate(binary, manifests)`` runs it and returns one
-:class:`Verdict` per manifest. Kinds it does not cover are left out by ``supported``: those
+``build()`` compiles the validator into .tools once (``go build``; rebuilt only when its
+sources change); ``validate(binary, manifests)`` runs it and returns one :class:`Verdict` per
+manifest. Kinds it does not cover are left out by ``supported``: those
 (LeaderWorkerSet objects as a whole, HTTPRoute, InferencePool) are checked against their CRDs
 with ``crank beta validate`` instead.
 """
@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import yaml
+
+from tests.gobuild import build_cached
 
 SOURCE = pathlib.Path(__file__).resolve().parent
 SUPPORTED = frozenset(
@@ -48,20 +50,9 @@ def supported(manifest: dict[str, Any]) -> bool:
     return f"{manifest.get('apiVersion')}/{manifest.get('kind')}" in SUPPORTED
 
 
-def build(dest: pathlib.Path, timeout: float = 900) -> pathlib.Path:
-    """Compiles the validator into ``dest``; raises with Go's output when it cannot."""
-    binary = dest / "k8svalidate"
-    proc = subprocess.run(
-        ["go", "build", "-o", str(binary), "."],
-        cwd=SOURCE,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"go build of {SOURCE} failed:\n{proc.stderr}")
-    return binary
+def build() -> pathlib.Path:
+    """Path to an up-to-date validator; raises with Go's output when it cannot be built."""
+    return build_cached(SOURCE, "k8svalidate")
 
 
 def validate(binary: pathlib.Path, manifests: Iterable[dict[str, Any]]) -> list[Verdict]:
