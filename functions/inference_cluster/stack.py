@@ -2,9 +2,9 @@
 
 Every component is a provider-helm Release with a pinned chart version, except two things no
 chart ships: the Gateway API Inference Extension's InferencePool CRD (upstream publishes it
-only as plain YAML, so it is a provider-kubernetes Object holding the CRD, vendored in
-``inferencepool_crd.py``) and the cluster Gateway itself (an Object holding a
-gateway.networking.k8s.io/v1 Gateway, in a Namespace Object of its own).
+only as plain YAML, so it is a provider-kubernetes Object holding the CRD, read from the
+vendored upstream file by ``inferencepool_crd.py``) and the cluster Gateway itself (an Object
+holding a gateway.networking.k8s.io/v1 Gateway, in a Namespace Object of its own).
 
 Gateway implementation: kgateway. It is an Envoy-based Gateway API implementation that
 conforms to the Inference Extension (HTTPRoutes may point at InferencePools, with the
@@ -357,8 +357,8 @@ def gateway_namespace() -> dict[str, Any]:
 
 
 def inferencepool_crd() -> dict[str, Any]:
-    """The InferencePool CRD (inference.networking.k8s.io/v1), vendored from upstream."""
-    return copy.deepcopy(vendored_crd.CRD)
+    """The InferencePool CRD (inference.networking.k8s.io/v1), read from the vendored file."""
+    return vendored_crd.crd()
 
 
 MANIFESTS = {

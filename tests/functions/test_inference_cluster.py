@@ -6,13 +6,15 @@ Inputs come from the example scenarios (examples/inference-cluster-*), changed p
 from __future__ import annotations
 
 import copy
+import hashlib
 import pathlib
 from collections.abc import Callable
 
 import pytest
+import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.inference_cluster import fn
+from functions.inference_cluster import fn, inferencepool_crd
 from plnt import xp
 from plnt_host import render, runtime
 from tests.support import has_fatal
@@ -587,3 +589,27 @@ def test_a_class_edited_under_a_running_pool_keeps_the_pools_instance_type() -> 
         "b200": "gd-8xb200ib-i128",
         "cpu": "cd-gp-a192-genoa",
     }
+
+
+def test_the_inferencepool_crd_is_the_vendored_file_without_descriptions() -> None:
+    """The composed CRD is upstream's file: an edit to either shows here."""
+    vendored = REPO / "third_party" / "crds/inference.networking.k8s.io_inferencepools.yaml"
+    assert inferencepool_crd.UPSTREAM.resolve() == vendored.resolve()
+    sums = dict(
+        reversed(line.split())
+        for line in (REPO / "third_party" / "SOURCES").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert hashlib.sha256(vendored.read_bytes()).hexdigest() == sums[f"crds/{vendored.name}"]
+
+    upstream = yaml.safe_load(vendored.read_text())
+    composed = inferencepool_crd.crd()
+    version = upstream["spec"]["versions"][0]
+    assert composed["spec"]["versions"][0]["name"] == version["name"] == "v1"
+    assert "description" not in str(composed)
+    assert "status" not in composed
+    assert composed["metadata"]["annotations"][inferencepool_crd.BUNDLE_VERSION] == "v1.6.0"
+    pool_spec = composed["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    upstream_spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert pool_spec["required"] == upstream_spec["required"]
+    assert set(pool_spec["properties"]) == set(upstream_spec["properties"])
