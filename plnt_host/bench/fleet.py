@@ -1,4 +1,4 @@
-"""Benchmark (issue 16): what one ModelDeployment reconcile carries at fleet scale, side by side.
+"""Benchmark: what one ModelDeployment reconcile carries at fleet scale, side by side.
 
 The fleet: `clusters` InferenceClusters of 8 pools (the scheduler benchmark's clusters, three GPU
 classes), one region label per 100 clusters; as many ModelDeployments as clusters, each of 10
@@ -6,7 +6,7 @@ one-GPU replicas in its own region, so ten replicas per cluster and 100,000 at 1
 Every replica is bound (`ledger.bind_all`, the binder's own decision), as on a fleet at rest.
 
 Two designs answer the same reconciles:
-- whole fleet (before issue 16): the function requires every InferenceCluster and every
+- whole fleet (what the view replaces): the function requires every InferenceCluster and every
   ModelReplica, so each request grows with clusters + replicas and a resync of all deployments
   with deployments x (clusters + replicas);
 - fleet view: the function requires the view's index and the parts whose labels its
@@ -349,7 +349,7 @@ def side_by_side(
     row["within_targets"] = (
         new["request_bytes"] <= MAX_BYTES
         and new["response_bytes"] <= MAX_BYTES
-        and new["steady_cpu_s"] <= TARGET_CPU_S  # the median, as issue 16 measured its baseline
+        and new["steady_cpu_s"] <= TARGET_CPU_S  # the median, as the baseline is measured
     )
     row["_bytes"] = {
         "old": old["request_bytes"] + old["response_bytes"],

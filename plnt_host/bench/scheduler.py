@@ -10,7 +10,7 @@ covers reading it, scheduling, composing and writing the response.
 
     python -m plnt_host.bench.scheduler          # prints one JSON object
 
-Accounting (issue 15): per size, what the placed replicas take in devices (the scheduler's unit
+Accounting: per size, what the placed replicas take in devices (the scheduler's unit
 now) beside what the old accounting charged them in whole nodes, and how many more 1-GPU
 replicas the fleet left free would hold under each (GPUs free on packable nodes vs free nodes).
 """
@@ -31,7 +31,7 @@ from plnt import contracts
 from plnt.fleet import class_shape, cluster_of
 
 SIZES = ((10, 4, 1), (100, 8, 100), (1000, 8, 100))
-TARGET_S = 0.5  # issue 5: one RunFunction at (1000, 8, 100)
+TARGET_S = 0.5  # the budget for one RunFunction at (1000, 8, 100)
 NODES_PER_POOL = 4
 SELECTORS = (
     'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
@@ -178,7 +178,7 @@ def request(clusters: int, pools: int, replicas: int) -> fnv1.RunFunctionRequest
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.CopyFrom(struct(deployment(replicas)))
     answers = {
-        # no fleet view: the function reads the whole fleet (the design before issue 16)
+        # no fleet view: the function reads the whole fleet (the design the view replaces)
         "fleet-view-index": [],
         "fleet-view": [],
         "inference-clusters": fleet,
@@ -269,8 +269,8 @@ def bench(sizes: tuple[tuple[int, int, int], ...] = SIZES, runs: int = 5) -> dic
 
 
 def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
-    """The placement in devices (now) and in nodes (before issue 15), and the headroom left
-    for 1-GPU replicas under each."""
+    """The placement in devices and in nodes (the unit devices replaced), and the headroom
+    left for 1-GPU replicas under each."""
     from plnt import binding, capacity, xp
 
     placed = [

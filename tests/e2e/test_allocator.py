@@ -1,4 +1,4 @@
-"""plnt's device accounting against the real DRA allocator (issue 24, point 7).
+"""plnt's device accounting against the real DRA allocator.
 
 A cluster of its own, lab-alloc (one pool of two 8-GPU H100 nodes: 16 devices, fenced to this
 test's namespaces so no other scenario lands there), receives, across two namespaces and four

@@ -1,4 +1,4 @@
-"""Capacity that holds on a live Crossplane (issue 15): many ModelDeployments applied in one
+"""Capacity that holds on a live Crossplane: many ModelDeployments applied in one
 `kubectl apply`, competing for one pool, never commit more devices than the pool has.
 
 The fleet's pool `h100` on lab-h100 has 4 nodes of 8 GPUs (32 devices). Six ModelDeployments of

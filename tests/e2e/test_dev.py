@@ -1,4 +1,4 @@
-"""`make dev` ends cleanly (issue 27, point 4): Ctrl-C in the terminal stops every process the
+"""`make dev` ends cleanly: Ctrl-C in the terminal stops every process the
 stack started, by process id, and prints one line, no traceback.
 
 The stack (`python -m tests.e2e.stack --no-fleet`, what `make dev` runs) is started in a

@@ -1,4 +1,4 @@
-"""The fleet view on a live Crossplane (issue 16): what a ModelDeployment reconcile carries.
+"""The fleet view on a live Crossplane: what a ModelDeployment reconcile carries.
 
 200 more InferenceClusters of 8 pools join the e2e fleet (two label sets of 100; Existing
 clusters whose kubeconfig Secret does not exist, so they compose nothing and stay not Ready,

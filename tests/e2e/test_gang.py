@@ -1,4 +1,4 @@
-"""A gang replica on a bare workload cluster, the real way (issue 24): what plnt renders for
+"""A gang replica on a bare workload cluster, the real way: what plnt renders for
 examples/model-replica-gang (one LeaderWorkerSet of size 2, a leader and one worker, eight H100s
 each) applied to a workload cluster running kube-controller-manager, kube-scheduler and kwok
 (tests/e2e/workload.py) and the LWS controller with its webhooks (tests/e2e/lws.py). No

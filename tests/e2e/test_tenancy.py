@@ -1,4 +1,4 @@
-"""Tenancy on a live Crossplane (issue 25; docs/tenancy.md), with the binder running:
+"""Tenancy on a live Crossplane (docs/tenancy.md), with the binder running:
 
 - a tenant's forged binding: a ModelReplica made by hand in a namespace whose InferenceQuota
   admits nothing, carrying a `plnt.work/binding` its author computed with plnt's public code,

@@ -1,4 +1,4 @@
-"""Regressions for an adversarial pass over every function (issue 19): malformed observed state,
+"""Regressions for an adversarial pass over every function: malformed observed state,
 impostor objects under composed names, names up to 253 characters, type confusions over gRPC,
 and messages that named the wrong cause. Each case failed before its fix; each runs over every
 example it applies to, so the class is covered and not only the one example found."""

@@ -123,7 +123,7 @@ def test_shortfall_reports_placed_count_and_per_cluster_reasons() -> None:
     msg = cond["message"]
     assert msg.startswith("placed 3 of 6 replicas; ")
     assert "cluster coreweave-h100: engine llama-405b: " in msg
-    # issue 15: 8-GPU pods ran out of GPUs, said in devices
+    # 8-GPU pods ran out of GPUs, said in devices
     assert "pool h100: not enough free gpu (need 8 on one node, 0 of 32 free in the pool)" in msg
     assert "cluster coreweave-l40s: " in msg and "false on device gpu" in msg
     assert "cluster lab-l4: " in msg and "device gpu has 1 per node, 8 requested" in msg
@@ -141,7 +141,7 @@ def test_gang_lands_on_the_h100_cluster_with_both_members_pinned() -> None:
     ]
     assert all(m["deviceRequests"][0]["count"] == 8 for m in members)
     assert all(len(m["deviceRequests"][0]["selectors"]) == 2 for m in members)
-    # issue 15: the demand the binder commits; gang pods take a whole node each
+    # the demand the binder commits; gang pods take a whole node each
     assert json.loads(replica["metadata"]["annotations"]["plnt.work/pool-demand"]) == {
         "h100": [[1, {"device:gpu": 8}, True], [1, {"device:gpu": 8}, True]]
     }
@@ -373,7 +373,7 @@ def test_replicas_ready_says_pulling_weights_when_a_replica_does(
 
 
 def test_one_gpu_replicas_share_eight_gpu_nodes_in_render() -> None:
-    """Issue 15: 20 one-GPU replicas fit the example fleet (4 L4 nodes, 2 x 8 L40S, and 4 x 8
+    """20 one-GPU replicas fit the example fleet (4 L4 nodes, 2 x 8 L40S, and 4 x 8
     H100 less the research team's whole node); counted in nodes only 9 would."""
     base = scenario("deploy-qwen3-8b")
     xr = copy.deepcopy(base.xr)
@@ -391,7 +391,7 @@ def test_one_gpu_replicas_share_eight_gpu_nodes_in_render() -> None:
     assert condition(out, "ReplicasScheduled")["status"] == "True"
 
 
-# --- issue 15: the binder's answers on the ModelDeployment ------------------------------------
+# --- the binder's answers on the ModelDeployment ---------------------------------------------
 
 
 def _answered(objs: list[dict[str, Any]], answer: dict[str, dict[str, str]]) -> list[dict]:

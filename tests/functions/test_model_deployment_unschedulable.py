@@ -1,4 +1,4 @@
-"""ReplicasReady when the kube-scheduler cannot place a replica's pods (issue 24, point 6).
+"""ReplicasReady when the kube-scheduler cannot place a replica's pods.
 
 A not-ready ModelReplica whose WorkloadsReady reason is Unschedulable makes ReplicasReady say
 so (reason Unschedulable, more urgent than PullingWeights), naming the first replicas with their

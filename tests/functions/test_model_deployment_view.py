@@ -1,4 +1,4 @@
-"""The ModelDeployment function on the binder's fleet view (issue 16) beside the whole fleet.
+"""The ModelDeployment function on the binder's fleet view beside the whole fleet.
 
 With the view, a reconcile requires the view's index and the parts its clusterSelector's
 matchLabels select, never every InferenceCluster and ModelReplica; without one (no binder has

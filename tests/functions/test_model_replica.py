@@ -658,7 +658,7 @@ def test_invalid_cases_cover_every_cel_rule_of_the_xrd() -> None:
         assert any(e in message for e in expected), f"no invalid case for: {message}"
 
 
-# --- issue 15: only bound replicas render -----------------------------------------------------
+# --- only bound replicas render --------------------------------------------------------------
 
 
 def _call(xr: dict, required: list[dict]) -> fnv1.RunFunctionResponse:

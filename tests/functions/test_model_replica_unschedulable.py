@@ -1,4 +1,4 @@
-"""A bound replica whose pods the kube-scheduler cannot place (issue 24, point 6).
+"""A bound replica whose pods the kube-scheduler cannot place.
 
 While an engine has fewer available copies than it wants and its workload has created pods,
 the replica watches the engine's pods (an ObservedObjectCollection); a pod whose PodScheduled

@@ -1,5 +1,5 @@
-"""A WorkflowRun whose ModelDeployment's ReplicasReady reason is Unschedulable (issue 24, point
-6): the phase is what the rules give; the message is the scheduler's, not "starting engines"."""
+"""A WorkflowRun whose ModelDeployment's ReplicasReady reason is Unschedulable: the
+phase is what the rules give; the message is the scheduler's, not "starting engines"."""
 
 from __future__ import annotations
 

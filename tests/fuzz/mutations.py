@@ -188,7 +188,7 @@ def mutated_object(draw: st.DrawFn, obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-# --- what the API server would never hold, but a request can carry (issue 19) ---------------
+# --- what the API server would never hold, but a request can carry ----------------------------
 
 NON_FINITE = st.sampled_from([float("nan"), float("inf"), float("-inf")])
 BROKEN_STATUS = st.one_of(

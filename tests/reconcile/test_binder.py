@@ -359,7 +359,7 @@ def test_the_fleet_view_holds_what_the_ledgers_commit(kube_apiserver, api, clust
     assert views[cluster_name].used["h"] == mine.used["h"]
 
 
-# --- tenancy (issue 25): fences and quotas, as the binder's ServiceAccount -------------------
+# --- tenancy: fences and quotas, ----------- as the binder's ServiceAccount -------------------
 
 
 def tenant_replica(kube_apiserver, cluster: str, gpus: int, labels: dict[str, str]) -> str:

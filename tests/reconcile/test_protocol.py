@@ -735,7 +735,7 @@ def test_the_invariant_catches_the_defect_of_issue_15() -> None:
 
 @contextlib.contextmanager
 def trusting_every_proposal() -> Iterator[None]:
-    """The renderer of issue 15: every proposal renders, whatever the ledgers hold (or whether
+    """The renderer without a binder: every proposal renders, whatever the ledgers hold (or whether
     there are any)."""
     real = binding.verify
 
@@ -815,8 +815,8 @@ def test_a_fenced_out_deployment_ends_on_the_other_cluster_in_some_interleaving(
 
 
 def test_a_renderer_that_takes_unknown_for_unbound_is_caught() -> None:
-    """The ModelReplica function seen live in issue 39: a ledger it could not read made it drop
-    what a serving replica had rendered. The search finds that un-render (the invariant of the
+    """A ModelReplica function that treats a ledger it cannot read as empty drops what a
+    serving replica has rendered. The search finds that un-render (the invariant of the
     damage cases is not vacuous)."""
     module = globals()
     real = module["published_ledger"]

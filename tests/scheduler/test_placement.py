@@ -120,7 +120,7 @@ def test_capacity_counts_every_deployments_replicas() -> None:
     assert result.placed == []
     assert result.reason == scheduler.INSUFFICIENT_CAPACITY
     assert "placed 0 of 1 replicas" in result.message
-    # Issue 15: capacity is counted in devices; every L4 is taken (by whole-node replicas).
+    # Capacity is counted in devices; every L4 is taken (by whole-node replicas).
     assert (
         "cluster a: engine llm: pool gpu-l4: not enough free gpu (need 1 on one node, 0 of 4 "
         "free in the pool)"
@@ -312,7 +312,7 @@ def test_placed_replica_cost(annotations: dict, expect: dict) -> None:
     assert (replica.deployment, replica.cluster) == ("r", "a")
 
 
-# --- issue 15: devices, not nodes -------------------------------------------------------------
+# --- devices, not nodes -----------------------------------------------------------------------
 
 
 def test_one_gpu_replicas_share_an_eight_gpu_node_up_to_its_devices() -> None:

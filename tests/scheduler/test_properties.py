@@ -73,7 +73,7 @@ def test_never_overcommits(engs: list, spec: list, other_spec: list, replicas: i
     existing = other_replicas(fleet, other_spec)
     result = schedule(engs, fleet, existing, replicas)
 
-    # Issue 15: an independent count per pool where the scheduler added replicas: devices
+    # An independent count per pool where the scheduler added replicas: devices
     # taken (a whole-node pod takes all of its node's) never exceed nodes x devices per node,
     # whole-node pods never exceed nodes, and the pods still pack onto the nodes.
     nodes = {
@@ -158,5 +158,5 @@ def test_never_raises_on_half_reported_clusters(
         scheduler.SCHEDULED,
         scheduler.INSUFFICIENT_CAPACITY,
         scheduler.NO_MATCHING_CLUSTERS,
-        scheduler.INVALID_NODE_SELECTOR,  # a selector that errs on every device (issue 19)
+        scheduler.INVALID_NODE_SELECTOR,  # a selector that errs on every device
     )
