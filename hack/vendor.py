@@ -35,13 +35,21 @@ def tree(base: pathlib.Path) -> dict[str, str]:
     }
 
 
-def recorded() -> dict[str, str]:
+def recorded(sources: pathlib.Path = SOURCES) -> dict[str, str]:
+    """Relative path -> sha256, as SOURCES pins them."""
     out = {}
-    for line in SOURCES.read_text().splitlines():
+    for line in sources.read_text().splitlines():
         if line and not line.startswith("#"):
             sha, name = line.split(maxsplit=1)
             out[name] = sha
     return out
+
+
+def mismatches(base: pathlib.Path = VENDOR) -> list[str]:
+    """Every file under base's vendored folders, or listed in its SOURCES, whose sha256 differs
+    from the pin (missing on either side counts)."""
+    have, want = tree(base), recorded(base / "SOURCES")
+    return sorted(n for n in have.keys() | want.keys() if have.get(n) != want.get(n))
 
 
 def refresh(src: pathlib.Path) -> None:
@@ -59,8 +67,7 @@ def main(argv: list[str]) -> int:
         refresh(pathlib.Path(argv[1]) if len(argv) > 1 else ROOT.parent / "shared")
         return 0
     if cmd == "check":
-        have, want = tree(VENDOR), recorded()
-        bad = sorted(n for n in have.keys() | want.keys() if have.get(n) != want.get(n))
+        bad = mismatches(VENDOR)
         for n in bad:
             sys.stderr.write(f"third_party/{n}: does not match SOURCES\n")
         return 1 if bad else 0

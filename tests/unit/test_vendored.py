@@ -1,4 +1,5 @@
-"""The vendored third-party files (third_party/crds, third_party/seeds) are what SOURCES pins.
+"""The vendored third-party files (third_party/crds, third_party/seeds) are what
+third_party/SOURCES pins, checked inside the repository so any clone can fail it.
 
 Refresh with `make vendor` (hack/vendor.py refresh), which rewrites SOURCES too.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import shutil
 import sys
 from types import ModuleType
 
@@ -24,18 +26,33 @@ def _vendor() -> ModuleType:
 
 def test_vendored_files_match_sources() -> None:
     vendor = _vendor()
-    have, want = vendor.tree(vendor.VENDOR), vendor.recorded()
-    assert have == want
-    assert any(n.startswith("crds/") and n.endswith(".yaml") for n in have)
-    assert any(n.startswith("seeds/") for n in have)
+    pinned = vendor.recorded()
+    assert vendor.mismatches() == []
+    assert set(vendor.tree(vendor.VENDOR)) == set(pinned)
+    assert any(n.startswith("crds/") and n.endswith(".yaml") for n in pinned)
+    assert sorted(n for n in pinned if n.startswith("seeds/")) == [
+        "seeds/000_f3acac39ca5a15ce.txt",
+        "seeds/002_8410d7b68d6a9c8a.txt",
+        "seeds/004_19ec7491fca60bc5.txt",
+    ]
+    assert all(len(sha) == 64 for sha in pinned.values())
 
 
-def test_vendored_files_match_the_shared_folder_when_there_is_one() -> None:
+def test_a_changed_missing_or_unlisted_file_is_named(tmp_path: pathlib.Path) -> None:
+    """The same check on a copy: what a bad clone or a hand edit looks like to it."""
     vendor = _vendor()
-    shared = REPO.parent / "shared"
-    if not (shared / "crds").is_dir():
-        return  # a clone on its own: SOURCES is the pin (checked above)
-    assert vendor.tree(shared) == vendor.tree(vendor.VENDOR), "run `make vendor`"
+    copy = tmp_path / "third_party"
+    shutil.copytree(vendor.VENDOR, copy)
+    assert vendor.mismatches(copy) == []
+    seed = copy / "seeds" / "000_f3acac39ca5a15ce.txt"
+    seed.write_bytes(seed.read_bytes() + b"\n")
+    (copy / "crds" / "gateway.networking.k8s.io_gateways.yaml").unlink()
+    (copy / "crds" / "extra.yaml").write_text("kind: Nothing\n")
+    assert vendor.mismatches(copy) == [
+        "crds/extra.yaml",
+        "crds/gateway.networking.k8s.io_gateways.yaml",
+        "seeds/000_f3acac39ca5a15ce.txt",
+    ]
 
 
 def test_no_test_or_tool_reads_outside_the_checkout() -> None:
