@@ -21,6 +21,9 @@ STACK_READY = "StackReady"  # an InferenceCluster's serving stack and gateway ar
 CANARY_GATE = "CanaryGate"  # the latency gate's verdict on a canary revision
 BOUND = "Bound"  # ModelReplica: the binder committed its capacity (plnt.binding)
 REPLICAS_BOUND = "ReplicasBound"  # ModelDeployment: every replica is bound, none over-committed
+# ModelDeployment (and the WorkflowRun, copied): whether the clusters its replicas are on are
+# healthy, which are degraded and why, and what fails over where
+CLUSTERS_HEALTHY = "ClustersHealthy"
 
 # reasons
 AVAILABLE = "Available"
@@ -36,6 +39,10 @@ UNSCHEDULABLE = "Unschedulable"
 # ReplicasScheduled / WorkloadsReady reason: a pod template asks for what plnt does not let onto
 # a workload cluster (plnt.pod_policy): an extended resource, a pod annotation not allowed
 TEMPLATE_NOT_PERMITTED = "TemplateNotPermitted"
+HEALTHY = "Healthy"  # ClustersHealthy
+# ClustersHealthy / ReplicasReady reason: replicas are on a cluster that does not answer or is
+# not Ready (plnt.cluster_health); their endpoints are out of the routes
+CLUSTER_DEGRADED = "ClusterDegraded"
 NOT_PROBED = "NotProbed"
 NO_ENDPOINTS = "NoEndpoints"
 PASSED = "Passed"  # CanaryGate

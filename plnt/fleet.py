@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from plnt import capacity, quantity
+from plnt import capacity, cluster_health, quantity
 
 
 class Pool(NamedTuple):  # a tuple: a 10,000-cluster view makes 80,000 of these per read
@@ -31,6 +31,8 @@ class Cluster:
     fence: Mapping[str, Any] | None = None
     # Why the binder commits nothing on it (its ledger cannot be read): it offers no capacity.
     closed: str = ""
+    # Why and since when it is degraded (its API server does not answer, or it is not Ready)
+    degraded: cluster_health.Degraded | None = None
 
 
 def amount(raw: Any, *, milli: bool) -> int:
@@ -45,10 +47,13 @@ def amount(raw: Any, *, milli: bool) -> int:
 
 
 def cluster_of(obj: Mapping[str, Any]) -> Cluster:
-    """An InferenceCluster: Ready condition, labels, and node capacity per pool."""
+    """An InferenceCluster: Ready condition, labels, and node capacity per pool. A cluster whose
+    API server the binder found not answering (plnt.cluster_health) is not Ready, whatever its
+    condition still says: the condition follows once Crossplane has reconciled it."""
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
-    ready = any(
+    degraded = cluster_health.degradation(obj)
+    ready = degraded is None and any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or []
     )
@@ -78,6 +83,7 @@ def cluster_of(obj: Mapping[str, Any]) -> Cluster:
         pools,
         gateway if isinstance(gateway, str) else "",
         (obj.get("spec") or {}).get("namespaceSelector"),
+        degraded=degraded,
     )
 
 

@@ -6,7 +6,8 @@ clusters before counting a single replica, and every deployment's request grew w
 replica on the fleet. The binder, which owns what is committed on each pool (its ledgers), writes
 instead what scheduling needs, once per pass:
 
-- per cluster: name, labels, Ready, gateway address, the ledger sequence it counted, and per pool
+- per cluster: name, labels, Ready (and, when degraded, why and since when: plnt.cluster_health),
+  gateway address, the ledger sequence it counted, and per pool
   its name, class and nodes with, for used nodes only, what the ledger's slots take on each; a
   cluster whose ledger the binder cannot read carries why instead of usage, and offers nothing
   (the scheduler names the reason in its shortfall);
@@ -37,7 +38,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from plnt import capacity, fleet, names
+from plnt import capacity, cluster_health, fleet, names
 
 VIEW_LABEL = "plnt.work/fleet-view"
 INDEX_NAME = "plnt-fleet-view"
@@ -190,8 +191,9 @@ def parts(
                 size = 0
             chunks[-1].append((v.cluster.name, encoded))
             size += len(encoded) + 1
+        degraded = {v.cluster.name: v.cluster.degraded for v in members if v.cluster.degraded}
         head = json.dumps({"labels": labels, "classes": classes}, separators=(",", ":"))
-        fitted = [f for chunk in chunks for f in _fitted(head, chunk, payload_limit)]
+        fitted = [f for chunk in chunks for f in _fitted(head, chunk, payload_limit, degraded)]
         for n, (text, cluster_names, payload) in enumerate(fitted):
             name = names.dns_subdomain(PART_PREFIX, f"{digest}-{n}")
             out.append(Part(name, {**labels, VIEW_LABEL: "true"}, text, cluster_names, payload))
@@ -199,16 +201,27 @@ def parts(
 
 
 def _fitted(
-    head: str, chunk: list[tuple[str, str]], payload_limit: int
+    head: str,
+    chunk: list[tuple[str, str]],
+    payload_limit: int,
+    degraded: Mapping[str, cluster_health.Degraded],
 ) -> list[tuple[str, tuple[str, ...], str]]:
     """The chunk's (text, cluster names, payload), halved until each payload is under the limit
-    (a single cluster over it keeps a part of its own)."""
-    text = head[:-1] + ',"clusters":[' + ",".join(encoded for _, encoded in chunk) + "]}"
+    (a single cluster over it keeps a part of its own). The degraded clusters of the chunk ride
+    in a map of their own, `degraded` (name: [since, reason, message]), which readers that do
+    not know it pass over."""
+    text = head[:-1] + ',"clusters":[' + ",".join(encoded for _, encoded in chunk) + "]"
+    mine = {n: [int(d.since), d.reason, d.message] for n, _ in chunk if (d := degraded.get(n))}
+    if mine:
+        text += ',"degraded":' + json.dumps(mine, sort_keys=True, separators=(",", ":"))
+    text += "}"
     payload = pack(text)
     if len(chunk) == 1 or len(payload) <= payload_limit:
         return [(text, tuple(name for name, _ in chunk), payload)]
     half = len(chunk) // 2
-    return _fitted(head, chunk[:half], payload_limit) + _fitted(head, chunk[half:], payload_limit)
+    return _fitted(head, chunk[:half], payload_limit, degraded) + _fitted(
+        head, chunk[half:], payload_limit, degraded
+    )
 
 
 def index_text(all_parts: Sequence[Part]) -> str:
@@ -239,6 +252,10 @@ def decode(text: str) -> list[ClusterView]:
         raw = json.loads(text)
         labels = {str(k): str(v) for k, v in raw["labels"].items()}
         classes = [str(c) for c in raw["classes"]]
+        degraded = {
+            str(n): cluster_health.Degraded(float(d[0]), str(d[1]), str(d[2]))
+            for n, d in (raw.get("degraded") or {}).items()
+        }
         out = []
         for name, ready, gateway, ledger, pools, *rest in raw["clusters"]:
             fleet_pools = []
@@ -273,6 +290,7 @@ def decode(text: str) -> list[ClusterView]:
                 str(gateway),
                 fence,
                 closed,
+                degraded.get(str(name)),
             )
             out.append(ClusterView(cluster, int(ledger), used))
         return out

@@ -28,6 +28,9 @@ WEIGHTS_SECRET = "plnt.work/weights-secret"  # noqa: S105 (annotation: the downl
 WORKFLOW_RUN_ID = "plnt.work/workflow-run-id"  # annotation on what a WorkflowRun composes
 STABLE_REVISION = "plnt.work/stable-revision"  # annotation: the revision serving traffic
 CANARY_REVISION = "plnt.work/canary-revision"  # annotation: the revision under smoke test
+# annotation on a WorkflowRun's ModelService: a digest of its deployment's placements and
+# cluster health, so the service re-reads its endpoints when a cluster degrades or recovers
+ENDPOINTS_DIGEST = "plnt.work/endpoints"
 
 LABEL_VALUE_MAX = 63
 

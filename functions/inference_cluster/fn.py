@@ -28,6 +28,9 @@ Key choices:
 - The ProviderConfigs and the first tier of the stack are composed from the start, before the
   cluster is up: the providers retry until the kubeconfig works, and Crossplane's Ready (what
   the scheduler reads) only turns True when every piece, and the Gateway's address, is there.
+- Reachable: the binder probes the cluster's API server and publishes what it saw in the
+  ``plnt.work/cluster-health`` annotation (plnt.cluster_health); while it does not answer, the
+  XR is not Ready and ``Reachable`` False names what failed and since when.
 - A component, once observed, stays composed even if something it needed turns unready, so a
   flapping controller never deletes the Gateway.
 - A CKS pool keeps its instance type for life (seed 004): a class edited under a running pool
@@ -42,7 +45,7 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.inference_cluster import grant, quota, resources, stack
-from plnt import conditions, contracts, xp
+from plnt import cluster_health, conditions, contracts, xp
 from plnt.models import inference_class, inference_cluster
 from plnt.models.inference_class import InferenceClassSpec
 from plnt.models.inference_cluster import InferenceClusterSpec
@@ -123,6 +126,12 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     # status
     status["providerConfigRef"] = {"name": name}
     xp.set_status(rsp, status)
+    reachable = reachable_condition(xr)
+    if reachable is not None:
+        xp.set_conditions(rsp, reachable)
+        if not reachable.status:
+            xp.set_composite_ready(rsp, False)
+            xp.warning(rsp, f"{reachable.reason}: {reachable.message}")
     provisioned = provisioned_condition(spec, name, namespace, kubeconfig, cluster_ready)
     if held:
         provisioned = conditions.waiting(
@@ -313,6 +322,25 @@ def hold(
         ),
     )
     xp.warning(rsp, message)
+
+
+def reachable_condition(xr: dict[str, Any]) -> xp.Condition | None:
+    """Reachable, from the health the binder published on the XR (plnt.cluster_health): False
+    naming what failed while its API server does not answer, which makes the cluster not Ready
+    (new replicas go elsewhere, its replicas' endpoints leave the routes); None when no binder
+    has probed it."""
+    record = cluster_health.record_of(xr)
+    if record is None:
+        return None
+    if record.reachable:
+        return xp.Condition(
+            conditions.REACHABLE, True, cluster_health.REACHABLE,
+            f"the API server answers /readyz (since {record.since})",
+        )  # fmt: skip
+    return xp.Condition(
+        conditions.REACHABLE, False, record.reason or cluster_health.UNREACHABLE_REASON,
+        f"the API server has not answered since {record.since}: {record.message}",
+    )  # fmt: skip
 
 
 def provisioned_condition(

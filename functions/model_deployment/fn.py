@@ -403,6 +403,7 @@ def report(
         xr_ready = False
         if bound_cond.reason != binding.AWAITING_BINDING:
             warnings.append(f"{bound_cond.reason}: {bound_cond.message}")
+    conds.append(_health_condition(out))
     return Report(status, conds, warnings, xr_ready)
 
 
@@ -414,12 +415,30 @@ def _ready_condition(
         ready_message += "; no endpoint while the cluster is degraded: " + ", ".join(out.degraded)
     if ready >= spec.replicas and not out.degraded:
         return conditions.available(conditions.REPLICAS_READY, ready_message)
+    if out.degraded:
+        return conditions.waiting(
+            conditions.REPLICAS_READY, ready_message, conditions.CLUSTER_DEGRADED
+        )
     if ready >= spec.replicas or serving is None:
         return conditions.waiting(conditions.REPLICAS_READY, ready_message)
     reason, why = _readiness(out, serving)
     return conditions.waiting(
         conditions.REPLICAS_READY, f"{ready_message}{'; ' if why else ''}{why}", reason=reason
     )
+
+
+def _health_condition(out: Composed) -> xp.Condition:
+    """ClustersHealthy: which clusters the deployment's replicas are on are degraded, and why."""
+    if not out.clusters_degraded:
+        return xp.Condition(
+            conditions.CLUSTERS_HEALTHY, True, conditions.HEALTHY,
+            "every cluster the replicas are on answers and is Ready",
+        )  # fmt: skip
+    said = "; ".join(f"cluster {c}: {why}" for c, why in sorted(out.clusters_degraded.items()))
+    return xp.Condition(
+        conditions.CLUSTERS_HEALTHY, False, conditions.CLUSTER_DEGRADED,
+        f"replicas {', '.join(out.degraded)} have no endpoint; {said}",
+    )  # fmt: skip
 
 
 def _readiness(out: Composed, rev: str) -> tuple[str, str]:
@@ -512,6 +531,8 @@ class Composed:
     placements: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     ready: Counter[str] = dataclasses.field(default_factory=Counter)  # by revision
     degraded: list[str] = dataclasses.field(default_factory=list)
+    # the clusters of degraded replicas, with why each is degraded
+    clusters_degraded: dict[str, str] = dataclasses.field(default_factory=dict)
     composed: Counter[str] = dataclasses.field(default_factory=Counter)  # by revision
     # by revision: not-ready replicas whose WorkloadsReady reason is PullingWeights
     pulling: defaultdict[str, list[str]] = dataclasses.field(
@@ -543,7 +564,12 @@ def _compose_replica(
     """One replica's ModelReplica and, on a Ready cluster with a gateway address, endpoint."""
     meta = obj["metadata"]
     replica, cluster_name = meta["name"], obj["spec"].get("clusterName", "")
-    ready = xp.is_ready(seen)
+    cluster = clusters.get(cluster_name)
+    address = scheduler.url_host(cluster.gateway) if cluster and cluster.gateway else None
+    routable = cluster is not None and cluster.ready and address is not None
+    # a replica on a degraded cluster does not serve: its endpoint leaves the routes, and what
+    # its ModelReplica last reported (provider-kubernetes' last look) is not counted
+    ready = xp.is_ready(seen) and routable
     out.ready[rev] += ready
     out.composed[rev] += 1
     workloads = xp.condition_of(seen, conditions.WORKLOADS_READY) or {}
@@ -553,10 +579,8 @@ def _compose_replica(
         out.starting[rev].append(replica)
     if not ready and workloads.get("reason") == conditions.UNSCHEDULABLE:
         out.unschedulable[rev].append((replica, str(workloads.get("message") or "")))
-    xp.compose(rsp, rep.resource_name(replica), obj, ready=ready)
-    cluster = clusters.get(cluster_name)
-    address = scheduler.url_host(cluster.gateway) if cluster and cluster.gateway else None
-    if cluster is not None and cluster.ready and address:
+    xp.compose(rsp, rep.resource_name(replica), obj, ready=xp.is_ready(seen))
+    if routable and cluster is not None and address is not None:
         endpoint = rep.model_endpoint(
             replica=replica,
             namespace=namespace,
@@ -571,6 +595,7 @@ def _compose_replica(
         )
     else:
         out.degraded.append(f"{replica} on {cluster_name}")
+        out.clusters_degraded[cluster_name] = _why_degraded(cluster)
     out.placements.append(
         {
             "replica": replica,
@@ -579,6 +604,14 @@ def _compose_replica(
             "engines": [{"name": e, "pool": pool} for e, pool in _engine_pools(obj)],
         }
     )
+
+
+def _why_degraded(cluster: fleet_model.Cluster | None) -> str:
+    if cluster is None:
+        return "not an InferenceCluster"
+    if cluster.degraded is not None:
+        return cluster.degraded.describe()
+    return "not Ready" if not cluster.ready else "its gateway has no address"
 
 
 def _fleet(required: list[dict[str, Any]], own: Any) -> list[scheduler.PlacedReplica]:

@@ -17,12 +17,13 @@ from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import binding, capacity, contracts, fleet, fleet_view
+from plnt import binding, capacity, cluster_health, contracts, fleet, fleet_view
 
 Shape = Any  # dict[str, Shape] | list[Shape] | bool
 
 CLUSTER: Shape = {
-    "metadata": {"name": True, "labels": True},
+    # the binder's published health (plnt.cluster_health): whether its API server answers
+    "metadata": {"name": True, "labels": True, "annotations": {cluster_health.ANNOTATION: True}},
     "status": {"conditions": True, "pools": True, "gateway": True},
     "spec": {"namespaceSelector": True},  # the fence (plnt.tenancy)
 }

@@ -111,7 +111,26 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         xp.Condition(conditions.VALID, True, conditions.AVAILABLE, "spec is valid"),
         xp.Condition(conditions.SERVING, phase.name == phases.READY, phase.name, phase.message),
     )
+    health = clusters_health(seen_deployment)
+    if health is not None:
+        xp.set_conditions(rsp, health)
+        if not health.status:
+            xp.warning(rsp, f"{health.reason}: {health.message}")
     return rsp
+
+
+def clusters_health(deployment: dict[str, Any] | None) -> xp.Condition | None:
+    """The ModelDeployment's ClustersHealthy, as the run's own: which cluster is degraded and
+    what fails over where (None before the deployment reports it)."""
+    cond = xp.condition_of(deployment, conditions.CLUSTERS_HEALTHY)
+    if cond is None or cond.get("status") not in ("True", "False"):
+        return None
+    return xp.Condition(
+        conditions.CLUSTERS_HEALTHY,
+        cond["status"] == "True",
+        str(cond.get("reason") or ""),
+        str(cond.get("message") or ""),
+    )
 
 
 def _refuse(
@@ -290,6 +309,24 @@ def model_deployment(
     }
 
 
+def endpoints_digest(deployment: dict[str, Any] | None) -> str:
+    """A digest of what decides the deployment's endpoints: its placements and its
+    ClustersHealthy condition ('' before it reports them)."""
+    status = (deployment or {}).get("status") or {}
+    placements = status.get("placements") if isinstance(status, dict) else None
+    health = xp.condition_of(deployment, conditions.CLUSTERS_HEALTHY) or {}
+    if not placements and not health:
+        return ""
+    names = sorted(
+        str(p.get("replica")) + "@" + str(p.get("cluster"))
+        for p in placements or []
+        if isinstance(p, dict)
+    )
+    said = [names, health.get("status"), health.get("reason"), health.get("message")]
+    body = json.dumps(said, separators=(",", ":"), default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:12]
+
+
 def model_service(
     run: str, identity: dict[str, Any], seen_deployment: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -299,13 +336,18 @@ def model_service(
     deployment's revisions, so a canary appearing, a promotion and a rollback each change the
     ModelService and it re-reads its endpoints at once (they are required resources, which
     Crossplane does not watch), not at its next poll: a canary takes its share while it is
-    smoke-tested, even when the service last ran before the deployment took the update up."""
+    smoke-tested, even when the service last ran before the deployment took the update up.
+    ``plnt.work/endpoints`` does the same when the deployment's replicas change or a cluster they
+    are on degrades or recovers (its endpoints leave or rejoin the routes at once)."""
     annotations = {labels.WORKFLOW_RUN_ID: identity["workflowRunId"]}
     revisions = contracts.Revisions.of(seen_deployment)
     if revisions.stable:
         annotations[labels.STABLE_REVISION] = revisions.stable
     if revisions.canary:
         annotations[labels.CANARY_REVISION] = revisions.canary
+    routed = endpoints_digest(seen_deployment)
+    if routed:
+        annotations[labels.ENDPOINTS_DIGEST] = routed
     return {
         "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": "ModelService",

@@ -123,9 +123,19 @@ def _cond(obj: Mapping[str, Any] | None, typ: str) -> dict[str, Any]:
 
 
 def serving(deployment: Mapping[str, Any] | None) -> bool:
-    """A revision has passed the gate and its replicas are all ready."""
+    """A revision has passed the gate and its replicas are all ready, or, while some are on a
+    degraded cluster (out of the routes, failing over), at least one serves."""
     stable = contracts.Revisions.of(deployment).stable
-    return bool(stable) and _cond(deployment, conditions.REPLICAS_READY).get("status") == "True"
+    ready = _cond(deployment, conditions.REPLICAS_READY)
+    if ready.get("status") == "True":
+        return bool(stable)
+    replicas = _status(deployment).get("replicas")
+    serves = isinstance(replicas, Mapping) and _count(replicas.get("ready")) > 0
+    return bool(stable) and ready.get("reason") == conditions.CLUSTER_DEGRADED and serves
+
+
+def _count(value: Any) -> int:
+    return value if type(value) is int else 0
 
 
 def routed(service: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None = None) -> bool:

@@ -41,9 +41,10 @@ import pydantic
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, contracts, fleet_view, ledger_parse, names, tenancy
+from plnt import binding, cluster_health, contracts, fleet_view, ledger_parse, names, tenancy
 from plnt.ledger_parse import UnreadableLedgerError
 from plnt.reconcile import ledger as ledgers
+from plnt.reconcile import probe
 from plnt.reconcile.kube import api_map
 from plnt.reconcile.ledger import LedgerT
 
@@ -159,6 +160,10 @@ class Binder:
         api: client.ApiClient,
         namespace: str = "plnt-system",
         forget_lost: set[str] | None = None,
+        *,
+        prober: probe.Prober | None = None,
+        failures: int = probe.FAILURES,
+        successes: int = probe.SUCCESSES,
     ) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
@@ -168,6 +173,10 @@ class Binder:
         # Clusters whose lost ledger (both copies gone) an operator chose to start again.
         self.forget_lost = forget_lost or set()
         self.crash_after_ledger_write = bool(os.environ.get(CRASH_AFTER_LEDGER_WRITE))
+        # The workload API servers' health (plnt.reconcile.probe): published on each
+        # InferenceCluster every pass, before the fleet view is written from them.
+        self.prober = prober
+        self.failures, self.successes = failures, successes
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -378,6 +387,9 @@ class Binder:
 
     def bind_once(self) -> list[ClusterOutcome]:
         clusters = {c["metadata"]["name"]: c for c in self._list("inferenceclusters")}
+        if self.prober is not None:
+            self.prober.watch(clusters)
+            clusters = self.publish_health(clusters, self.prober.streaks())
         classes = {c["metadata"]["name"]: c for c in self._list("inferenceclasses")}
         quotas = {q["metadata"]["name"]: q for q in self._list("inferencequotas")}
         namespaces = self.namespaces()
@@ -438,6 +450,7 @@ class Binder:
             self._report_cluster(clusters[name], outcome.closed, outcome.rebuilt)
         self._refuse_unknown_clusters(replicas, set(clusters))
         self.write_view(clusters, classes, committed, closed)
+        self.nudge(clusters, replicas)
         for d in decided:
             if d.written:
                 self.write_quota_status(quotas[d.ledger.quota], d.ledger)
@@ -445,6 +458,71 @@ class Binder:
             held = quota_read[name]
             self._report_quota(quotas[name], held.closed, held.rebuilt)
         return outcomes
+
+    # --- cluster health ---------------------------------------------------------------------
+
+    def publish_health(
+        self,
+        clusters: Mapping[str, dict[str, Any]],
+        streaks: Mapping[str, probe.Streak | None],
+    ) -> dict[str, dict[str, Any]]:
+        """Writes each cluster's health where it changed (the `plnt.work/cluster-health`
+        annotation, a merge patch) with an Event on the change; returns the clusters as they are
+        now, so this pass's fleet view carries it."""
+        out: dict[str, dict[str, Any]] = dict(clusters)
+        for name, obj in sorted(clusters.items()):
+            previous = cluster_health.record_of(obj)
+            record = probe.publish(
+                previous, streaks.get(name), failures=self.failures, successes=self.successes
+            )
+            if record is None or record == previous:
+                continue
+            value = record.to_annotation()
+            try:
+                self.custom.patch_cluster_custom_object(
+                    GROUP, VERSION, "inferenceclusters", name,
+                    {"metadata": {"annotations": {cluster_health.ANNOTATION: value}}},
+                    field_manager=FIELD_MANAGER,
+                )  # fmt: skip
+            except ApiException as err:
+                log.warning("cluster %s: health not written: HTTP %s", name, err.status)
+                continue
+            meta = dict(obj.get("metadata") or {})
+            meta["annotations"] = {
+                **(meta.get("annotations") or {}),
+                cluster_health.ANNOTATION: value,
+            }
+            out[name] = {**obj, "metadata": meta}
+            if previous is None and record.reachable:
+                continue  # first seen answering: nothing changed for anyone
+            if record.reachable:
+                why, said = (
+                    "ClusterReachable",
+                    f"its API server answers again (since {record.since})",
+                )
+            else:
+                why = record.reason or "ClusterUnreachable"
+                said = f"its API server has not answered since {record.since}: {record.message}"
+            self._event("InferenceCluster", obj, why, said, not record.reachable)
+        return out
+
+    def nudge(
+        self, clusters: Mapping[str, Mapping[str, Any]], replicas: Iterable[ledgers.Replica]
+    ) -> None:
+        """Marks each replica of a cluster whose health changed (after the fleet view carries
+        it), so its ModelDeployment reconciles now rather than at its next poll: the mark is a
+        trigger (a tenant may write it too), never read as health."""
+        tokens = {
+            name: cluster_health.nudge(cluster_health.degradation(obj))
+            for name, obj in clusters.items()
+        }
+        for r in replicas:
+            token = tokens.get(r.cluster)
+            if token is None or token == r.health_nudge:
+                continue
+            if not r.health_nudge and token == cluster_health.nudge(None):
+                continue  # never marked, healthy: nothing to say
+            self.annotate(r.key, r.uid, {cluster_health.REPLICA_NUDGE: token})
 
     def _forgotten(
         self, cluster: str, held: ledgers.Held[ledgers.Ledger]

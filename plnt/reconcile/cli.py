@@ -4,12 +4,15 @@ proposed ModelReplicas to capacity (docs/scheduler.md, "Binding").
     plnt reconcile [--kubeconfig PATH] [--prometheus-url URL] [--interval SECONDS] [--once]
                    [--max-step N] [--stabilization-seconds S] [--health-address HOST:PORT]
                    [--bind | --bind-only] [--bind-interval SECONDS] [--ledger-namespace NS]
-                   [--forget-lost-ledger CLUSTER]
+                   [--forget-lost-ledger CLUSTER] [--probe-interval S] [--probe-timeout S]
+                   [--probe-failures N] [--probe-successes N]
 
 With --once it lists ModelDeployments, makes one pass, prints one line per ModelDeployment and
 exits (1 if any write failed). Otherwise it watches ModelDeployments and reconciles every
 interval until SIGTERM, serving /healthz and /readyz. --bind also runs the binder every
---bind-interval; --bind-only runs nothing else (no Prometheus needed).
+--bind-interval; --bind-only runs nothing else (no Prometheus needed). The long-running binder
+also probes each InferenceCluster's API server every --probe-interval and publishes its health
+(plnt.reconcile.probe).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from plnt.reconcile.decision import Policy
 
@@ -75,6 +78,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="namespace of the per-cluster ledger ConfigMaps (must exist)",
     )
     p.add_argument(
+        "--probe-interval",
+        type=float,
+        default=5.0,
+        help="with the binder: seconds between probes of each workload cluster's API server "
+        "(/readyz); 0 turns probing off",
+    )
+    p.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=3.0,
+        help="seconds a probe waits for an answer (less than --probe-interval)",
+    )
+    p.add_argument(
+        "--probe-failures",
+        type=int,
+        default=3,
+        help="failed probes in a row that make a cluster Unreachable",
+    )
+    p.add_argument(
+        "--probe-successes",
+        type=int,
+        default=2,
+        help="answered probes in a row that make an Unreachable cluster Reachable again",
+    )
+    p.add_argument(
         "--forget-lost-ledger",
         action="append",
         default=[],
@@ -112,6 +140,13 @@ def _check(args: argparse.Namespace) -> str:
         return "--stale-after must be > 0"
     if args.bind_interval <= 0:
         return "--bind-interval must be > 0"
+    if args.probe_interval < 0 or args.probe_timeout <= 0:
+        return "--probe-interval must be >= 0 and --probe-timeout > 0"
+    if args.probe_interval and args.probe_timeout >= args.probe_interval:
+        # a probe still waiting when its next one is due makes it skip a round
+        return "--probe-timeout must be less than --probe-interval"
+    if args.probe_failures < 1 or args.probe_successes < 1:
+        return "--probe-failures and --probe-successes must be >= 1"
     if args.forget_lost_ledger and not (args.bind_only and args.once):
         return "--forget-lost-ledger is one decision: give it with --bind-only --once"
     return ""
@@ -223,11 +258,48 @@ def _bind(args: argparse.Namespace, api: object, stop: threading.Event | None = 
     every --bind-interval until SIGTERM (or `stop`)."""
     from plnt.reconcile import binder
 
+    prober = None
+    if not args.once and args.probe_interval > 0:
+        prober = _prober(args, api)
     b = binder.Binder(
         api,  # type: ignore[arg-type]
         namespace=args.ledger_namespace,
         forget_lost=set(args.forget_lost_ledger),
+        prober=prober,
+        failures=args.probe_failures,
+        successes=args.probe_successes,
     )
+    if prober is not None:
+        prober.start()
+    try:
+        return _bind_passes(args, b, stop)
+    finally:
+        if prober is not None:
+            prober.stop()
+
+
+def _prober(args: argparse.Namespace, api: Any) -> Any:
+    """The workload API servers' prober (plnt.reconcile.probe), reading kubeconfig Secrets."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from plnt.reconcile import probe
+
+    core = client.CoreV1Api(api)
+
+    def read_secret(namespace: str, name: str) -> dict[str, str] | None:
+        try:
+            data = core.read_namespaced_secret(name, namespace).data or {}
+            return {k: v for k, v in data.items() if isinstance(v, str)}
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise RuntimeError(f"HTTP {err.status}") from None  # the body is never carried
+
+    return probe.Prober(read_secret, interval=args.probe_interval, timeout=args.probe_timeout)
+
+
+def _bind_passes(args: argparse.Namespace, b: Any, stop: threading.Event | None) -> int:
     if args.once:
         try:
             outcomes = b.bind_once()

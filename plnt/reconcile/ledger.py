@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from plnt import binding, capacity, demand, fleet, fleet_view, tenancy
+from plnt import binding, capacity, cluster_health, demand, fleet, fleet_view, tenancy
 from plnt.ledger_parse import UnreadableLedgerError
 
 DATA_KEY = binding.LEDGER_DATA_KEY
@@ -48,6 +48,7 @@ class Replica:
     over_annotation: str
     devices: Mapping[str, int] = dataclasses.field(default_factory=dict)  # per device class
     spec: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # what sizes a commit
+    health_nudge: str = ""  # plnt.cluster_health.REPLICA_NUDGE as it is on the object
 
     @property
     def key(self) -> str:
@@ -96,6 +97,7 @@ class Replica:
             over_annotation=annotations.get(binding.OVER_COMMITTED, ""),
             devices=binding.devices_of(obj),
             spec=obj.get("spec") or {},
+            health_nudge=str(annotations.get(cluster_health.REPLICA_NUDGE, "")),
         )
 
 

@@ -477,7 +477,8 @@ def test_report_of_a_first_rollout_awaiting_its_verdict() -> None:
         ("ReplicasScheduled", True, "Scheduled"),
         ("ReplicasReady", False, "Waiting"),
         ("Canary", False, "AwaitingVerdict"),
-        ("ReplicasBound", True, said.conditions[-1].reason),
+        ("ReplicasBound", True, said.conditions[-2].reason),
+        ("ClustersHealthy", True, "Healthy"),
     ]
     assert said.conditions[1].message == f"0 of {spec.replicas} replicas ready"
     assert (said.warnings, said.ready) == ([], False)

@@ -275,6 +275,7 @@ class APIServer:
             "Role": "roles",
             "RoleBinding": "rolebindings",
             "ConfigMap": "configmaps",
+            "Secret": "secrets",
             "InferenceCluster": "inferenceclusters",
             "InferenceClass": "inferenceclasses",
             "InferenceQuota": "inferencequotas",
