@@ -39,13 +39,14 @@ no revision has passed the gate: nothing serves yet.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.model_deployment import reading, revisions, scheduler
+from functions.model_deployment import failover, reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
 from plnt import binding, conditions, contracts, fleet_view, ledger_parse, pod_policy, tenancy, xp
 from plnt import fleet as fleet_model
@@ -63,6 +64,8 @@ MODES = {
 
 
 NAMESPACE_REQUIREMENT = "namespace"
+DEFAULT_TTL_S = 60.0  # the SDK's: what the function asks for when nothing is due sooner
+clock = time.time  # the failover grace periods' clock (tests set their own)
 QUOTA_LEDGERS_REQUIREMENT = xp.QUOTA_LEDGERS_REQUIREMENT
 
 
@@ -172,17 +175,17 @@ def within_quotas(
         pending.append(asks)
     if len(kept) == len(sched.kept) and len(placed) == len(sched.placed):
         return sched
-    total = len(kept) + len(placed)
+    held = [r for r in sched.held if r.name not in over]
+    total = len(kept) - len(held) + len(placed)
     said = [f"{r.name} released ({over[r.name]})" for r in sched.kept if r.name in over]
     said += [why] if why else []
-    rest = sched.message.removeprefix(
-        scheduler.summary(len(sched.kept) + len(sched.placed), sched.wanted)
-    )
+    rest = sched.message.removeprefix(scheduler.summary(sched.count, sched.wanted))
     return dataclasses.replace(
         sched,
         kept=kept,
         released=released,
         placed=placed,
+        held=held,
         reason=scheduler.INSUFFICIENT_QUOTA,
         message=f"{scheduler.summary(total, sched.wanted)}{rest}; " + "; ".join(said),
     )
@@ -192,7 +195,7 @@ def template_refused(sched: scheduler.Schedule, refused: pod_policy.Refusal) -> 
     """The schedule of a revision whose pod templates ask for what plnt does not let onto a
     workload cluster: nothing new is placed (its pins, if any, are kept) and the condition names
     the field."""
-    total = len(sched.kept)
+    total = len(sched.kept) - len(sched.held)
     rest = sched.message.removeprefix(scheduler.summary(total, sched.wanted))
     return dataclasses.replace(
         sched,
@@ -254,6 +257,15 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     clusters_by_name = {c.name: c for c in snapshot.clusters}
 
     # --- decisions ------------------------------------------------------------------------
+    # Failover (failover.py): replicas on degraded clusters, those past the grace period, and
+    # those that serve (a replacement releases a held replica only once it does)
+    now = clock()
+    after = spec.failover.after_seconds
+    degraded = failover.degraded(((r.name, r.cluster) for r in own_placed), clusters_by_name, after)
+    failed = failover.failed(degraded, now)
+    serving = frozenset(
+        n for n, obj in own.items() if _serves(req, n, obj, clusters_by_name.get(_cluster_of(obj)))
+    )
     current = revision(raw_spec)
     by_revision = Counter(r.revision for r in own_placed)
     plan = revisions.plan(
@@ -277,6 +289,8 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             fleet_size=snapshot.size,
             namespace=namespace,
             namespace_labels=tenant.labels,
+            serving=serving,
+            failed=failed,
         )
         if refused and plan.placed_anew(rev):
             schedules[rev] = template_refused(schedules[rev], refused)
@@ -323,6 +337,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             )
             for replica, p in zip(new_names, sched.placed, strict=True)
         ]
+        _mark_replacements(sched, own, replicas[len(sched.kept) :])
         for replica, obj in sorted(replicas, key=lambda r: r[0]):
             _compose_replica(
                 req,
@@ -338,10 +353,20 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
 
     # --- status ---------------------------------------------------------------------------
     said = report(spec, plan, schedules, out, observed_status)
+    health = _failover_condition(
+        schedules, out, degraded, failed=failed, now=now, after=after, serving=serving
+    )
     xp.set_status(rsp, said.status)
-    xp.set_conditions(rsp, *said.conditions)
+    xp.set_conditions(rsp, *said.conditions, health)
     for message in said.warnings:
         xp.warning(rsp, message)
+    if not health.status:
+        xp.warning(rsp, f"{health.reason}: {health.message}")
+    for r in (r for s in schedules.values() for r in s.released if r.name in failed):
+        xp.normal(rsp, f"FailedOver: {r.name} on {r.cluster} released; its replacement serves")
+    due = failover.next_due(degraded, now)
+    if due is not None:  # called again when the next grace period ends, not a poll later
+        rsp.meta.ttl.FromMilliseconds(int(min(due + 0.5, DEFAULT_TTL_S) * 1000))
     if not said.ready:
         xp.set_composite_ready(rsp, False)
     return rsp
@@ -368,7 +393,7 @@ def report(
     """Status and conditions from the plan, the schedules and the composed replicas. Pure."""
     serving = plan.serving
     serving_sched = schedules.get(serving) if serving else None
-    total = len(serving_sched.kept) + len(serving_sched.placed) if serving_sched else 0
+    total = serving_sched.count if serving_sched else 0
     ready = out.ready[serving] if serving else 0
     status: dict[str, Any] = {
         "replicas": {"total": total, "ready": ready},
@@ -403,7 +428,6 @@ def report(
         xr_ready = False
         if bound_cond.reason != binding.AWAITING_BINDING:
             warnings.append(f"{bound_cond.reason}: {bound_cond.message}")
-    conds.append(_health_condition(out))
     return Report(status, conds, warnings, xr_ready)
 
 
@@ -424,6 +448,52 @@ def _ready_condition(
     reason, why = _readiness(out, serving)
     return conditions.waiting(
         conditions.REPLICAS_READY, f"{ready_message}{'; ' if why else ''}{why}", reason=reason
+    )
+
+
+def _mark_replacements(
+    sched: scheduler.Schedule,
+    own: Mapping[str, dict[str, Any]],
+    new: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """The new replicas that replace held ones (those no replica replaces yet, lowest index
+    first) carry `plnt.work/replaces`, so every later reconcile says where each failed over."""
+    replaced = {_replaces(own[r.name]) for r in sched.kept if r.name in own}
+    unreplaced = [r.name for r in sched.held if r.name not in replaced]
+    for held, (_, obj) in zip(unreplaced, new, strict=False):
+        obj["metadata"].setdefault("annotations", {})[rep.REPLACES] = held
+
+
+def _replaces(obj: Mapping[str, Any]) -> str:
+    return str(((obj.get("metadata") or {}).get("annotations") or {}).get(rep.REPLACES) or "")
+
+
+def _failover_condition(
+    schedules: dict[str, scheduler.Schedule],
+    out: Composed,
+    degraded: list[failover.Degraded],
+    *,
+    failed: frozenset[str],
+    now: float,
+    after: float,
+    serving: frozenset[str],
+) -> xp.Condition:
+    """ClustersHealthy: the replicas on degraded clusters, each cluster and why, and where their
+    failover stands (failover.describe); else as `_health_condition`."""
+    held = {r.name for s in schedules.values() for r in s.held}
+    released = {r.name for s in schedules.values() for r in s.released if r.name in failed}
+    replacements = {
+        of: f"{name} on {cluster} ({'serving' if name in serving else 'starting'})"
+        for name, cluster, of in out.replacing
+    }
+    reason, message = failover.describe(
+        degraded, now, held=held, released=released, replacements=replacements, after=after
+    )
+    if not reason:
+        return _health_condition(out)
+    # failed over: what served on the degraded cluster serves elsewhere now
+    return xp.Condition(
+        conditions.CLUSTERS_HEALTHY, reason == failover.FAILED_OVER, reason, message
     )
 
 
@@ -465,7 +535,7 @@ def _under_test_readiness(
     if plan.canary is None or plan.canary not in schedules:
         return {}
     sched = schedules[plan.canary]
-    wanted = len(sched.kept) + len(sched.placed)
+    wanted = sched.count
     ready = out.ready[plan.canary]
     reason = conditions.AVAILABLE if ready >= wanted > 0 else _readiness(out, plan.canary)[0]
     return {"readyReplicas": ready, "readiness": reason}
@@ -533,6 +603,8 @@ class Composed:
     degraded: list[str] = dataclasses.field(default_factory=list)
     # the clusters of degraded replicas, with why each is degraded
     clusters_degraded: dict[str, str] = dataclasses.field(default_factory=dict)
+    # (replica, its cluster, the degraded replica it replaces) of each failover replacement
+    replacing: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     composed: Counter[str] = dataclasses.field(default_factory=Counter)  # by revision
     # by revision: not-ready replicas whose WorkloadsReady reason is PullingWeights
     pulling: defaultdict[str, list[str]] = dataclasses.field(
@@ -564,9 +636,11 @@ def _compose_replica(
     """One replica's ModelReplica and, on a Ready cluster with a gateway address, endpoint."""
     meta = obj["metadata"]
     replica, cluster_name = meta["name"], obj["spec"].get("clusterName", "")
+    if _replaces(obj):
+        out.replacing.append((replica, cluster_name, _replaces(obj)))
     cluster = clusters.get(cluster_name)
-    address = scheduler.url_host(cluster.gateway) if cluster and cluster.gateway else None
-    routable = cluster is not None and cluster.ready and address is not None
+    routable = _routable(cluster)
+    address = scheduler.url_host(cluster.gateway) if cluster and routable else None
     # a replica on a degraded cluster does not serve: its endpoint leaves the routes, and what
     # its ModelReplica last reported (provider-kubernetes' last look) is not counted
     ready = xp.is_ready(seen) and routable
@@ -604,6 +678,31 @@ def _compose_replica(
             "engines": [{"name": e, "pool": pool} for e, pool in _engine_pools(obj)],
         }
     )
+
+
+def _cluster_of(obj: dict[str, Any]) -> str:
+    return str((obj.get("spec") or {}).get("clusterName") or "")
+
+
+def _routable(cluster: fleet_model.Cluster | None) -> bool:
+    """Its replicas get an endpoint: the cluster is Ready and its gateway has an address."""
+    return (
+        cluster is not None
+        and cluster.ready
+        and bool(cluster.gateway)
+        and scheduler.url_host(cluster.gateway) is not None
+    )
+
+
+def _serves(
+    req: fnv1.RunFunctionRequest,
+    replica: str,
+    obj: dict[str, Any],
+    cluster: fleet_model.Cluster | None,
+) -> bool:
+    """Ready and routed: its ModelReplica Ready, its cluster routable, its endpoint Ready."""
+    endpoint = _observed(req, rep.endpoint_resource_name(replica))
+    return xp.is_ready(obj) and _routable(cluster) and xp.is_ready(endpoint)
 
 
 def _why_degraded(cluster: fleet_model.Cluster | None) -> str:
@@ -657,7 +756,7 @@ def _canary_status(
         out |= {
             "revision": plan.canary,
             "trafficPercent": revisions.traffic_percent(plan, spec),
-            "replicas": len(sched.kept) + len(sched.placed),
+            "replicas": sched.count,
         }
     if plan.mode is not None:
         out["mode"] = MODES[plan.mode]

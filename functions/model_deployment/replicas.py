@@ -60,6 +60,10 @@ def deployment_annotation(deployment: str) -> dict[str, str]:
     return {} if labels.value(deployment) == deployment else {labels.DEPLOYMENT: deployment}
 
 
+# On a replica placed as a failover replacement: the degraded replica it replaces
+REPLACES = "plnt.work/replaces"
+
+
 def model_replica(
     *,
     name: str,
@@ -111,7 +115,11 @@ def pinned_replica(observed: Mapping[str, Any]) -> dict[str, Any]:
     }
     annotations = meta.get("annotations") or {}
     # What the replica was proposed with stays; the binder's own annotations are its to write.
-    kept = {k: annotations[k] for k in (binding.DEMAND, binding.LEGACY_NODES) if k in annotations}
+    kept = {
+        k: annotations[k]
+        for k in (binding.DEMAND, binding.LEGACY_NODES, REPLACES)
+        if k in annotations
+    }
     if kept:
         out_meta["annotations"] = kept
     return {

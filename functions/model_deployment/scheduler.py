@@ -163,16 +163,23 @@ class Placement:
 
 @dataclasses.dataclass
 class Schedule:
-    kept: list[PlacedReplica]
+    kept: list[PlacedReplica]  # held ones included: they stay composed and charged
     released: list[PlacedReplica]
     placed: list[Placement]
     wanted: int
     reason: str
     message: str
+    # replicas past their failover grace period kept until their replacements serve
+    held: list[PlacedReplica] = dataclasses.field(default_factory=list)
 
     @property
     def scheduled(self) -> bool:
         return self.reason == SCHEDULED
+
+    @property
+    def count(self) -> int:
+        """The replicas that count toward `wanted`: kept and placed, not the held ones."""
+        return len(self.kept) - len(self.held) + len(self.placed)
 
 
 # --- parsing fleet objects ----------------------------------------------------------------
@@ -652,12 +659,21 @@ def keep_pins(
     clusters: Mapping[str, Cluster],
     replicas: int,
     admitted: Callable[[Cluster], bool] = lambda _: True,
-) -> tuple[list[PlacedReplica], list[PlacedReplica]]:
-    """(kept, released): pins stay while their cluster exists; of more than `replicas`, those
-    on clusters that are not Ready go first, then the highest index. A replica the binder
+    *,
+    serving: frozenset[str] = frozenset(),
+    failed: frozenset[str] = frozenset(),
+) -> tuple[list[PlacedReplica], list[PlacedReplica], list[PlacedReplica]]:
+    """(kept, released, held): pins stay while their cluster exists; of more than `replicas`,
+    those on clusters that are not Ready go first, then those not `serving`, then the highest
+    index, so the replicas that serve never drop below what they were. A replica the binder
     refused goes, and so does one it has not bound whose cluster no longer `admitted` its
     namespace: it is a proposal the binder will refuse, whatever the view it was placed on
-    said. A bound one keeps its pin (tightening a fence evicts nothing)."""
+    said. A bound one keeps its pin (tightening a fence evicts nothing).
+
+    `failed` replicas (on a cluster degraded past the failover grace period, failover.py) do
+    not count toward `replicas`, so replacements are placed; each is held (kept, in `kept` and
+    `held`) while the others that serve are fewer than `replicas`, lowest index first, and
+    released once they are not."""
 
     def stays(r: PlacedReplica) -> bool:
         cluster = clusters.get(r.cluster)
@@ -665,10 +681,24 @@ def keep_pins(
             return False
         return r.state == binding.BOUND or admitted(cluster)
 
-    alive = [r for r in own if stays(r)]
+    alive = [r for r in own if stays(r) and r.name not in failed]
+    failing = sorted(
+        (r for r in own if stays(r) and r.name in failed),
+        key=lambda r: (replica_index(r.name), r.name),
+    )
     gone = [r for r in own if not stays(r)]
-    alive.sort(key=lambda r: (not clusters[r.cluster].ready, replica_index(r.name), r.name))
-    return alive[:replicas], gone + alive[replicas:]
+    alive.sort(
+        key=lambda r: (
+            not clusters[r.cluster].ready,
+            r.name not in serving,
+            replica_index(r.name),
+            r.name,
+        )
+    )
+    kept = alive[:replicas]
+    serve = sum(1 for r in kept if r.name in serving)
+    held = failing[: max(0, min(len(failing), replicas - serve))]
+    return kept + held, gone + alive[replicas:] + failing[len(held) :], held
 
 
 def replica_index(name: str) -> int:
@@ -694,6 +724,8 @@ def schedule(
     fleet_size: int | None = None,
     namespace: str = "",
     namespace_labels: Mapping[str, str] | None = None,
+    serving: frozenset[str] = frozenset(),
+    failed: frozenset[str] = frozenset(),
 ) -> Schedule:
     """Keeps `own` pins that still have a cluster and places new replicas up to `replicas`.
 
@@ -709,6 +741,8 @@ def schedule(
     `namespace_labels`: the labels of the deployment's `namespace`; a cluster whose fence
     (spec.namespaceSelector) does not admit them takes nothing new and is named in the shortfall,
     and loses the `own` replicas the binder has not bound (None: no fence is checked).
+    `serving`: the names of `own` replicas that serve (Ready and routed); `failed`: those past
+    their failover grace period, replaced and held until the replacements serve (`keep_pins`).
     `evaluate`/`compile_check` default to `plnt.cel.evaluate`/`plnt.cel.compile`.
     """
     if evaluate is None or compile_check is None:
@@ -727,9 +761,13 @@ def schedule(
         return namespace_labels is None or tenancy.admits(c.fence, namespace_labels)
 
     own_keys = {(r.namespace, r.name) for r in own}
-    kept, released = keep_pins(own, by_name, replicas, admitted)
+    kept, released, held = keep_pins(
+        own, by_name, replicas, admitted, serving=serving, failed=failed
+    )
     gone = "".join(
-        f"; {r.name} released ({why})" for r in released if (why := _let_go(r, by_name, admitted))
+        f"; {r.name} released ({why})"
+        for r in released
+        if (why := _let_go(r, by_name, admitted, failed))
     )
     # Committed replicas first (their slots are exact), then proposals in a fixed order.
     holding = [r for r in fleet if (r.namespace, r.name) not in own_keys]
@@ -744,12 +782,13 @@ def schedule(
     for r in released:
         if r.state == binding.REFUSED_STATE:
             sched.charge_proposed(r)
-    needed = replicas - len(kept) if place_new else 0
+    counting = len(kept) - len(held)
+    needed = replicas - counting if place_new else 0
 
     invalid = _invalid_selectors(engines, compile_check) if place_new else ""
     if invalid:
-        msg = f"{summary(len(kept), replicas)}{gone}; {invalid}"
-        return Schedule(kept, released, [], replicas, INVALID_NODE_SELECTOR, msg)
+        msg = f"{summary(counting, replicas)}{gone}; {invalid}"
+        return Schedule(kept, released, [], replicas, INVALID_NODE_SELECTOR, msg, held)
 
     matching = sorted(
         (c for c in fleet_clusters if cluster_selector(c.labels)), key=lambda c: c.name
@@ -758,14 +797,18 @@ def schedule(
     ready = [c for c in matching if c.ready and not c.closed and admitted(c)]
     placed = sched.place(needed, ready, [*kept, *siblings]) if needed > 0 else []
 
-    total = len(kept) + len(placed)
+    total = counting + len(placed)
     head = summary(total, replicas) + gone
+    if held:
+        head += "; held until replacements serve: " + ", ".join(
+            f"{r.name} on {r.cluster}" for r in held
+        )
     if total >= replicas or not place_new:
-        return Schedule(kept, released, placed, replicas, SCHEDULED, head)
+        return Schedule(kept, released, placed, replicas, SCHEDULED, head, held)
     if not matching:
         msg = f"{head}; no InferenceCluster matches clusterSelector"
         msg += f" ({size} on the fleet)"
-        return Schedule(kept, released, placed, replicas, NO_MATCHING_CLUSTERS, msg)
+        return Schedule(kept, released, placed, replicas, NO_MATCHING_CLUSTERS, msg, held)
     rejected = [
         f"cluster {c.name}: {sched.why_not(c)}"
         if admitted(c)
@@ -775,7 +818,7 @@ def schedule(
     erring = _erring_selectors(engines, sched.matcher)
     if erring:
         msg = f"{head}; {erring}"
-        return Schedule(kept, released, placed, replicas, INVALID_NODE_SELECTOR, msg)
+        return Schedule(kept, released, placed, replicas, INVALID_NODE_SELECTOR, msg, held)
     unmatched = size - len(matching)
     listed = rejected[:MAX_LISTED_CLUSTERS]
     if len(rejected) > len(listed):
@@ -783,16 +826,21 @@ def schedule(
     if unmatched:
         listed.append(f"{unmatched} clusters do not match clusterSelector")
     msg = f"{head}; " + "; ".join(listed)
-    return Schedule(kept, released, placed, replicas, INSUFFICIENT_CAPACITY, msg)
+    return Schedule(kept, released, placed, replicas, INSUFFICIENT_CAPACITY, msg, held)
 
 
 def _let_go(
-    r: PlacedReplica, clusters: Mapping[str, Cluster], admitted: Callable[[Cluster], bool]
+    r: PlacedReplica,
+    clusters: Mapping[str, Cluster],
+    admitted: Callable[[Cluster], bool],
+    failed: frozenset[str] = frozenset(),
 ) -> str:
     """Why `keep_pins` let a replica go, or '' when it was only one more than wanted."""
     cluster = clusters.get(r.cluster)
     if cluster is None:
         return f"cluster {r.cluster} is gone"
+    if r.name in failed:
+        return f"failed over from cluster {r.cluster}: its replacement serves"
     if r.state == binding.REFUSED_STATE:
         return f"the binder refused it: {r.message}"
     if r.state != binding.BOUND and not admitted(cluster):

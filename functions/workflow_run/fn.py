@@ -291,6 +291,7 @@ def model_deployment(
             },
         },
     }
+    body["failover"] = {"after": spec.failover.after}
     if spec.autoscaling:
         body["autoscaling"] = {
             "targetTokensPerSecond": spec.autoscaling.target_tokens_per_second,

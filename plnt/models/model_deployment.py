@@ -9,6 +9,7 @@ own dicts verbatim (so nothing is lost to a model round trip); these models vali
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Literal
 
@@ -101,6 +102,28 @@ class Autoscaling(_Model):
     max_replicas: int = Field(alias="maxReplicas", ge=0, le=1000)
 
 
+# A grace period: one or more <number><unit> (ms, s, m, h), as `5m`, `90s`, `1h30m` or `0s`.
+DURATION_PATTERN = r"^([0-9]+(ms|s|m|h))+$"
+DEFAULT_FAILOVER_AFTER = "5m"
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(text: str) -> float:
+    """A duration matching DURATION_PATTERN in seconds."""
+    return sum(int(n) * _UNITS[u] for n, u in re.findall(r"([0-9]+)(ms|s|m|h)", text))
+
+
+class Failover(_Model):
+    """How long a replica's cluster may stay degraded before a replacement is placed on a
+    healthy one (docs/scheduler.md, "Failover"); `0s` turns failover off."""
+
+    after: str = Field(default=DEFAULT_FAILOVER_AFTER, max_length=32, pattern=DURATION_PATTERN)
+
+    @property
+    def after_seconds(self) -> float:
+        return duration_seconds(self.after)
+
+
 class ModelDeploymentSpec(_Model):
     engines: list[Engine] = Field(min_length=1, max_length=8)
     serving: Serving = Field(default_factory=Serving)
@@ -111,6 +134,7 @@ class ModelDeploymentSpec(_Model):
     )
     canary: Canary | None = None
     autoscaling: Autoscaling | None = None
+    failover: Failover = Field(default_factory=Failover)
 
 
 def check(spec: ModelDeploymentSpec) -> None:

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from plnt.models.base import NonNullSpecModel
+from plnt.models.model_deployment import Failover
 
 Runtime = Literal["vllm", "tgi", "trt-llm", "sglang"]
 Quantization = Literal["fp16", "fp8", "awq-4bit", "gptq-4bit"]
@@ -82,3 +83,5 @@ class WorkflowRunSpec(_Model):
     replicas: Replicas = Field(default_factory=Replicas)
     autoscaling: Autoscaling | None = None
     canary: Canary = Field(default_factory=Canary)
+    # passed to its ModelDeployment as it is
+    failover: Failover = Field(default_factory=Failover)

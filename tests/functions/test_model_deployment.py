@@ -477,8 +477,7 @@ def test_report_of_a_first_rollout_awaiting_its_verdict() -> None:
         ("ReplicasScheduled", True, "Scheduled"),
         ("ReplicasReady", False, "Waiting"),
         ("Canary", False, "AwaitingVerdict"),
-        ("ReplicasBound", True, said.conditions[-2].reason),
-        ("ClustersHealthy", True, "Healthy"),
+        ("ReplicasBound", True, said.conditions[-1].reason),
     ]
     assert said.conditions[1].message == f"0 of {spec.replicas} replicas ready"
     assert (said.warnings, said.ready) == ([], False)

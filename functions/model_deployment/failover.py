@@ -1,0 +1,119 @@
+"""Failover: which replicas sit on a degraded cluster, since when, which are past the grace
+period, and what becomes of them. Pure: no protobuf, no clock (`now` is given).
+
+A replica is degraded while its cluster is (plnt.cluster_health: its API server does not answer
+the binder's probes, or its InferenceCluster is not Ready), since the cluster's degradation
+began. Past the deployment's grace period (`spec.failover.after`; 0 turns failover off) it
+*fails over*: the scheduler counts it as gone, so a replacement is placed on a healthy cluster
+like any new replica, but it is **held** (kept, not deleted: its cluster may be unreachable, not
+gone, and its pods may still serve) while the deployment's healthy replicas that serve are fewer
+than wanted; each replacement that serves releases one held replica, lowest index last. When the
+cluster comes back, its replicas are healthy again and whatever is then beyond `spec.replicas`
+is retired by the scheduler's usual order (replicas on clusters not Ready first, then those that
+do not serve, then the highest index), so a starting replacement goes before a serving replica
+and the replicas that serve never drop below what they were (`scheduler.keep_pins`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+
+from plnt import cluster_health
+from plnt.fleet import Cluster
+
+# Each degraded replica's message names at most this many; the rest are counted
+SHOWN = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Degraded:
+    """A replica on a degraded cluster."""
+
+    replica: str
+    cluster: str
+    since: float
+    reason: str
+    message: str
+    due: float | None  # when it fails over (None: failover is off)
+
+    def failed(self, now: float) -> bool:
+        return self.due is not None and now >= self.due
+
+
+def degraded(
+    own: Iterable[tuple[str, str]], clusters: Mapping[str, Cluster], after: float
+) -> list[Degraded]:
+    """The (replica, cluster) pairs whose cluster is degraded, by replica name. A cluster not
+    Ready with no time on record (no Ready condition at all) is degraded but never fails over:
+    how long it has been is unknown."""
+    out = []
+    for replica, name in sorted(own):
+        cluster = clusters.get(name)
+        if cluster is None or cluster.ready:
+            continue
+        if cluster.degraded is None:
+            out.append(Degraded(replica, name, 0.0, "NotReady", "no Ready condition", None))
+            continue
+        why = cluster.degraded
+        due = why.since + after if after > 0 else None
+        out.append(Degraded(replica, name, why.since, why.reason, why.message, due))
+    return out
+
+
+def failed(found: Sequence[Degraded], now: float) -> frozenset[str]:
+    """The replicas past their grace period: the scheduler replaces them."""
+    return frozenset(d.replica for d in found if d.failed(now))
+
+
+def next_due(found: Sequence[Degraded], now: float) -> float | None:
+    """Seconds until the next replica's grace period ends (None: none is waiting)."""
+    waits = [d.due - now for d in found if d.due is not None and d.due > now]
+    return min(waits) if waits else None
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    minutes, secs = divmod(seconds, 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def describe(
+    found: Sequence[Degraded],
+    now: float,
+    *,
+    held: Iterable[str],
+    released: Iterable[str],
+    replacements: Mapping[str, str],
+    after: float,
+) -> tuple[str, str]:
+    """ClustersHealthy's reason and message: each degraded replica, its cluster and why, and
+    where its failover stands (`replacements`: degraded replica -> "r on c (serving)");
+    ('', '') when none is degraded and none was released."""
+    held, released = set(held), set(released)
+    lines = []
+    for d in found[:SHOWN]:
+        since = f", since {cluster_health.timestamp(d.since)}" if d.since else ""
+        head = f"{d.replica} on {d.cluster} ({d.reason}: {d.message}{since})"
+        to = replacements.get(d.replica, "no replacement placed yet")
+        if d.replica in released:
+            lines.append(f"{head}: failed over to {to}; released")
+        elif d.replica in held:
+            lines.append(f"{head}: failing over to {to}; kept until it serves")
+        elif d.due is None:
+            lines.append(f"{head}: no endpoint; failover is off")
+        else:
+            lines.append(f"{head}: no endpoint; fails over in {_age(d.due - now)}")
+    if len(found) > SHOWN:
+        lines.append(f"and {len(found) - SHOWN} more")
+    if not lines:
+        return "", ""
+    said = "; ".join(lines)
+    if held:
+        return FAILING_OVER, said
+    return (FAILED_OVER if released else CLUSTER_DEGRADED), said
+
+
+CLUSTER_DEGRADED = "ClusterDegraded"
+FAILING_OVER = "FailingOver"  # replacements are placed or start; the degraded replicas are held
+FAILED_OVER = "FailedOver"  # the degraded replicas are released: their replacements serve
