@@ -35,6 +35,7 @@ BACKGROUND_NICE = 10
 _GROUP = pytest.StashKey[str | None]()
 WORKER_GROUPS = {
     "tests/e2e/test_package_install.py": "e2e-packages",
+    "tests/e2e/test_control_plane_cost.py": "e2e-packages",  # a stack of its own, like it
     "tests/e2e/": "e2e",
     "tests/engine/test_llama_server.py": "e2e",
     "tests/robustness/test_contention.py": "e2e",

@@ -149,6 +149,8 @@ class Target:
     def __init__(self, kubeconfig: str) -> None:
         from kubernetes import client, config
 
+        from plnt.reconcile.kube import named
+
         doc = yaml.safe_load(kubeconfig)
         if not isinstance(doc, dict):
             raise ValueError("the kubeconfig is not a YAML map")
@@ -156,7 +158,7 @@ class Target:
         config.load_kube_config_from_dict(doc, client_configuration=configuration)
         configuration.retries = False  # one attempt: the probe's timeout is the bound
         self.server = configuration.host
-        self.api = client.ApiClient(configuration)
+        self.api = named(client.ApiClient(configuration))
 
     def close(self) -> None:
         self.api.close()

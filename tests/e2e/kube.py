@@ -16,7 +16,7 @@ import pathlib
 import ssl
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -140,8 +140,10 @@ class APIServer:
         procs: Processes,
         ca: CA,
         tokens: Mapping[str, tuple[str, str]],
+        extra_args: Sequence[str] = (),
     ) -> None:
-        """``tokens``: token -> (user, group); the first is the admin this client uses."""
+        """``tokens``: token -> (user, group); the first is the admin this client uses.
+        ``extra_args``: more kube-apiserver flags (an audit log, for a benchmark)."""
         self.name = name
         self.dir = workdir
         self.procs = procs
@@ -193,6 +195,7 @@ class APIServer:
             "--authorization-mode=RBAC",
             "--service-cluster-ip-range=10.96.0.0/24",
             "--enable-priority-and-fairness=false",
+            *extra_args,
         ]
         procs.start(f"{name}-apiserver", self._apiserver_argv)
         self.http = httpx.Client(

@@ -75,6 +75,32 @@ CIRCUIT_BREAKER = (
 # resource back from the workload cluster, e.g. a Deployment becoming available.
 PROVIDER_POLL = "5s"
 
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How often each controller looks again; None leaves the program's own default."""
+
+    crossplane_poll: str | None
+    circuit_breaker: tuple[str, ...]
+    provider_poll: str | None
+    bind_interval: float
+    # every API server writes an audit log (one JSON line per request) to logs/<server>-audit.log
+    audit: bool = False
+
+
+# The suite's: fast polls, so that a test waits for plnt rather than for a poll.
+FAST = Settings(POLL_INTERVAL, CIRCUIT_BREAKER, PROVIDER_POLL, 1.0)
+# A user's: Crossplane's and provider-kubernetes' own defaults and the binder's default
+# interval, as installed from the packages.
+DEFAULTS = Settings(None, (), None, 2.0)
+
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+"""
+
 # Crossplane, provider-kubernetes and plnt's functions: which CRDs the management cluster needs
 # beyond Crossplane's own. provider-coreweave and provider-helm cannot run here; their CRDs
 # come from third_party/crds, and the simulator plays their controllers.
@@ -124,12 +150,14 @@ class ControlPlane:
         functions_from_images: tuple[str, ...] = (),
         images: pathlib.Path | None = None,
         bare: bool = False,
+        settings: Settings = FAST,
     ):
         """``functions_from_images``: functions (``function-model-replica``, ...) that run from
         their built image under runc instead of from the virtualenv; ``images`` is the folder
         `make package` wrote their .xpkg files to (default dist/). ``bare``: only the management
         API server, its controllers and Crossplane core, with nothing of plnt, its functions or
-        its providers installed (tests/e2e/packages.py installs them as a user would)."""
+        its providers installed (tests/e2e/packages.py installs them as a user would).
+        ``settings``: the controllers' intervals (the suite's fast polls by default)."""
         gaps = missing()
         if gaps:
             raise RuntimeError(
@@ -138,6 +166,7 @@ class ControlPlane:
             )
         netns.enter()
         self.dir = workdir
+        self.settings = settings
         self.procs = Processes(workdir / "logs")
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.ca = CA.make()
@@ -163,6 +192,7 @@ class ControlPlane:
             self.procs,
             self.ca,
             {ADMIN_TOKEN: ("admin", "system:masters")},
+            self._audit_args("mgmt"),
         )
         self.kubeconfig = self.mgmt.kubeconfig(self.dir / "kubeconfig")
         kube.controller_manager(
@@ -338,8 +368,8 @@ class ControlPlane:
             f"--metrics-port={free_port()}",
             f"--health-probe-port={free_port()}",
             f"--webhook-port={free_port()}",
-            f"--poll-interval={POLL_INTERVAL}",
-            *CIRCUIT_BREAKER,
+            *_flag("--poll-interval", self.settings.crossplane_poll),
+            *self.settings.circuit_breaker,
             f"--xpkg-cache-dir={self.dir / 'crossplane' / 'xpkg-cache'}",
             f"--xfn-cache-dir={self.dir / 'crossplane' / 'xfn-cache'}",
             "--debug",
@@ -369,7 +399,7 @@ class ControlPlane:
         bundle.write_bytes(self.ca.pair.cert)
         self.provider_argv = [
             str(PROVIDER_KUBERNETES),
-            f"--poll={PROVIDER_POLL}",
+            *_flag("--poll", self.settings.provider_poll),
             "--enable-watches",
             f"--health-probe-bind-addr=127.0.0.1:{free_port()}",
             "--debug",
@@ -408,7 +438,7 @@ class ControlPlane:
             "--kubeconfig",
             str(self.kubeconfig),
             "--bind-interval",
-            "1",
+            str(self.settings.bind_interval),
         ]
         self.procs.start(
             "plnt-binder", self.binder_argv, env={**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -436,11 +466,28 @@ class ControlPlane:
                     ADMIN_TOKEN: ("admin", "system:masters"),
                     COREWEAVE_TOKEN: ("coreweave-org", "system:masters"),
                 },
+                self._audit_args(f"wl-{name}"),
             )
             kubeconfig = api.kubeconfig(self.dir / "workloads" / name / "kubeconfig")
             workload.start(f"wl-{name}", self.procs, kubeconfig)
             self.workloads[name] = api
         return self.workloads[name]
+
+    def _audit_args(self, server: str) -> tuple[str, ...]:
+        if not self.settings.audit:
+            return ()
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        return (
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log(server)}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
+        )
+
+    def audit_log(self, server: str) -> pathlib.Path:
+        """Where API server ``server`` (mgmt, wl-<cluster>) writes its audit log."""
+        return self.dir / "logs" / f"{server}-audit.log"
 
     def workload_for_url(self, url: str) -> APIServer | None:
         for api in self.workloads.values():
@@ -482,6 +529,10 @@ class ControlPlane:
         self.images.stop_all()
         self.procs.stop_all()
         netns.leave()
+
+
+def _flag(name: str, value: str | None) -> tuple[str, ...]:
+    return (f"{name}={value}",) if value is not None else ()
 
 
 def _function_images(

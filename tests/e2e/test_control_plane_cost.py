@@ -1,0 +1,50 @@
+"""The control-plane cost benchmark (tests/e2e/control_plane_cost.py), small: it runs on a
+stack of its own, and reports what it must whatever the machine's speed. The figures themselves
+come from `python -m tests.e2e.control_plane_cost`, never from a test."""
+
+from __future__ import annotations
+
+from tests.e2e import control_plane_cost as cost
+from tests.e2e.stack import FAST
+
+REPLICAS = 2
+# what a Standalone one-GPU replica composes on its cluster (docs/model-replica.md)
+OBJECT_KINDS = {"Deployment", "Service", "ResourceClaimTemplate", "InferencePool"}
+
+
+def test_the_benchmark_reports_every_component_and_the_objects_per_replica(e2e_dir) -> None:
+    result = cost.measure(
+        e2e_dir("cost"), REPLICAS, settings=FAST, settings_name="fast", rest_seconds=10
+    )
+    print(cost.report(result))
+
+    assert result.bound_seconds > 0 and result.ready_seconds >= result.bound_seconds
+    assert result.managed["ModelReplica"] == 1
+    objects = {k.split("/", 1)[1] for k in result.managed if k.startswith("Object/")}
+    assert objects >= OBJECT_KINDS, objects
+    per_kind = sum(v for k, v in result.managed.items() if k.startswith("Object/"))
+    assert result.managed["Object (all)"] == per_kind
+    # every replica composes the same set: a whole number of Objects each
+    assert float(per_kind).is_integer(), result.managed
+
+    assert [p.name for p in result.phases] == [
+        "fleet alone, at rest",
+        f"{REPLICAS} replicas converging",
+        f"{REPLICAS} replicas at rest",
+    ]
+    converging = cost.grouped(result.phases[1].cpu)
+    for component in (
+        "mgmt-apiserver",
+        "mgmt-etcd",
+        "wl-lab-h100-apiserver",
+        "wl-lab-h100-etcd",
+        "crossplane",
+        "provider-kubernetes",
+        "plnt functions",
+        "plnt binder",
+    ):
+        assert converging.get(component, 0) > 0, (component, converging)
+    clients = {client for (_, client, _) in result.phases[1].requests}
+    assert {"crossplane-core", "provider-kubernetes", "plnt-reconcile"} <= clients, clients
+    assert sum(result.phases[1].requests.values()) > 0
+    assert sum(result.phases[1].metric_requests.values()) > 0
