@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from plnt import capacity, cluster_health, quantity
+from plnt import capacity, cluster_health, pool_nodes, quantity
 
 
 class Pool(NamedTuple):  # a tuple: a 10,000-cluster view makes 80,000 of these per read
@@ -33,6 +33,8 @@ class Cluster:
     closed: str = ""
     # Why and since when it is degraded (its API server does not answer, or it is not Ready)
     degraded: cluster_health.Degraded | None = None
+    # Pools offering fewer nodes than their spec says, and why (plnt.pool_nodes)
+    reduced: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def amount(raw: Any, *, milli: bool) -> int:
@@ -58,32 +60,47 @@ def cluster_of(obj: Mapping[str, Any]) -> Cluster:
         for c in status.get("conditions") or []
     )
     # A pool without a name cannot be pinned to, so it offers nothing.
+    spec_pools = [
+        p
+        for p in (obj.get("spec") or {}).get("nodePools") or []
+        if isinstance(p, Mapping) and p.get("name")
+    ]
     if status.get("pools"):
-        pools = tuple(
-            Pool(p["name"], p.get("className") or "", int(p.get("nodeCapacity") or 0))
+        sized = [
+            (p["name"], p.get("className") or "", int(p.get("nodeCapacity") or 0))
             for p in status["pools"]
             if p.get("name")
-        )
+        ]
     else:
-        pools = tuple(
-            Pool(
+        sized = [
+            (
                 p["name"],
                 p.get("className") or "",
                 int(p.get("maxNodeCount") or p.get("nodeCount") or 0),
             )
-            for p in (obj.get("spec") or {}).get("nodePools") or []
-            if p.get("name")
-        )
+            for p in spec_pools
+        ]
+    # Capacity follows the nodes that exist: each pool capped by what the binder last counted
+    # on the workload cluster.
+    autoscaled = {p["name"] for p in spec_pools if p.get("maxNodeCount") is not None}
+    counted = pool_nodes.record_of(obj)
+    pools, reduced = [], {}
+    for name, class_name, nodes in sized:
+        offered, why = pool_nodes.cap(nodes, name in autoscaled, counted, name)
+        pools.append(Pool(name, class_name, offered))
+        if why:
+            reduced[name] = why
     gateway = status.get("gateway")
     gateway = gateway.get("address") if isinstance(gateway, dict) else None
     return Cluster(
         meta.get("name", ""),
         meta.get("labels") or {},
         ready,
-        pools,
+        tuple(pools),
         gateway if isinstance(gateway, str) else "",
         (obj.get("spec") or {}).get("namespaceSelector"),
         degraded=degraded,
+        reduced=reduced,
     )
 
 

@@ -8,7 +8,8 @@ instead what scheduling needs, once per pass:
 
 - per cluster: name, labels, Ready (and, when degraded, why and since when: plnt.cluster_health),
   gateway address, the ledger sequence it counted, and per pool
-  its name, class and nodes with, for used nodes only, what the ledger's slots take on each; a
+  its name, class and nodes (capped by the nodes that exist, with why when fewer than its
+  spec: plnt.pool_nodes) with, for used nodes only, what the ledger's slots take on each; a
   cluster whose ledger the binder cannot read carries why instead of usage, and offers nothing
   (the scheduler names the reason in its shortfall);
 - in ConfigMaps `<namespace>/plnt-fleet-view-<labels digest>-<n>` (gzipped JSON in binaryData):
@@ -191,36 +192,50 @@ def parts(
                 size = 0
             chunks[-1].append((v.cluster.name, encoded))
             size += len(encoded) + 1
-        degraded = {v.cluster.name: v.cluster.degraded for v in members if v.cluster.degraded}
+        notes = _Notes(
+            {v.cluster.name: v.cluster.degraded for v in members if v.cluster.degraded},
+            {v.cluster.name: v.cluster.reduced for v in members if v.cluster.reduced},
+        )
         head = json.dumps({"labels": labels, "classes": classes}, separators=(",", ":"))
-        fitted = [f for chunk in chunks for f in _fitted(head, chunk, payload_limit, degraded)]
+        fitted = [f for chunk in chunks for f in _fitted(head, chunk, payload_limit, notes)]
         for n, (text, cluster_names, payload) in enumerate(fitted):
             name = names.dns_subdomain(PART_PREFIX, f"{digest}-{n}")
             out.append(Part(name, {**labels, VIEW_LABEL: "true"}, text, cluster_names, payload))
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _Notes:
+    """What rides beside a part's clusters, for the few it concerns: the degraded ones (why and
+    since when) and the pools offering fewer nodes than their spec (why)."""
+
+    degraded: Mapping[str, cluster_health.Degraded]
+    reduced: Mapping[str, Mapping[str, str]]
+
+
 def _fitted(
-    head: str,
-    chunk: list[tuple[str, str]],
-    payload_limit: int,
-    degraded: Mapping[str, cluster_health.Degraded],
+    head: str, chunk: list[tuple[str, str]], payload_limit: int, notes: _Notes
 ) -> list[tuple[str, tuple[str, ...], str]]:
     """The chunk's (text, cluster names, payload), halved until each payload is under the limit
     (a single cluster over it keeps a part of its own). The degraded clusters of the chunk ride
-    in a map of their own, `degraded` (name: [since, reason, message]), which readers that do
-    not know it pass over."""
+    in a map of their own, `degraded` (name: [since, reason, message]), and the reduced pools in
+    `reduced` (name: {pool: why}), which readers that do not know them pass over."""
     text = head[:-1] + ',"clusters":[' + ",".join(encoded for _, encoded in chunk) + "]"
-    mine = {n: [int(d.since), d.reason, d.message] for n, _ in chunk if (d := degraded.get(n))}
+    mine = {
+        n: [int(d.since), d.reason, d.message] for n, _ in chunk if (d := notes.degraded.get(n))
+    }
     if mine:
         text += ',"degraded":' + json.dumps(mine, sort_keys=True, separators=(",", ":"))
+    reduced = {n: dict(r) for n, _ in chunk if (r := notes.reduced.get(n))}
+    if reduced:
+        text += ',"reduced":' + json.dumps(reduced, sort_keys=True, separators=(",", ":"))
     text += "}"
     payload = pack(text)
     if len(chunk) == 1 or len(payload) <= payload_limit:
         return [(text, tuple(name for name, _ in chunk), payload)]
     half = len(chunk) // 2
-    return _fitted(head, chunk[:half], payload_limit, degraded) + _fitted(
-        head, chunk[half:], payload_limit, degraded
+    return _fitted(head, chunk[:half], payload_limit, notes) + _fitted(
+        head, chunk[half:], payload_limit, notes
     )
 
 
@@ -255,6 +270,10 @@ def decode(text: str) -> list[ClusterView]:
         degraded = {
             str(n): cluster_health.Degraded(float(d[0]), str(d[1]), str(d[2]))
             for n, d in (raw.get("degraded") or {}).items()
+        }
+        reduced = {
+            str(n): {str(p): str(why) for p, why in r.items()}
+            for n, r in (raw.get("reduced") or {}).items()
         }
         out = []
         for name, ready, gateway, ledger, pools, *rest in raw["clusters"]:
@@ -291,6 +310,7 @@ def decode(text: str) -> list[ClusterView]:
                 fence,
                 closed,
                 degraded.get(str(name)),
+                reduced.get(str(name)) or {},
             )
             out.append(ClusterView(cluster, int(ledger), used))
         return out

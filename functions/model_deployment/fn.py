@@ -257,11 +257,15 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     clusters_by_name = {c.name: c for c in snapshot.clusters}
 
     # --- decisions ------------------------------------------------------------------------
-    # Failover (failover.py): replicas on degraded clusters, those past the grace period, and
-    # those that serve (a replacement releases a held replica only once it does)
+    # Failover (failover.py): replicas on degraded clusters or with pods that stay
+    # unschedulable, those past the grace period, and those that serve (a replacement releases
+    # a held replica only once it does)
     now = clock()
     after = spec.failover.after_seconds
-    degraded = failover.degraded(((r.name, r.cluster) for r in own_placed), clusters_by_name, after)
+    stuck = {n: s for n, obj in own.items() if (s := failover.stuck(obj)) is not None}
+    degraded = failover.degraded(
+        ((r.name, r.cluster) for r in own_placed), clusters_by_name, after, stuck
+    )
     failed = failover.failed(degraded, now)
     serving = frozenset(
         n for n, obj in own.items() if _serves(req, n, obj, clusters_by_name.get(_cluster_of(obj)))

@@ -17,15 +17,21 @@ from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import binding, capacity, cluster_health, contracts, fleet, fleet_view
+from plnt import binding, capacity, cluster_health, contracts, fleet, fleet_view, pool_nodes
 
 Shape = Any  # dict[str, Shape] | list[Shape] | bool
 
 CLUSTER: Shape = {
-    # the binder's published health (plnt.cluster_health): whether its API server answers
-    "metadata": {"name": True, "labels": True, "annotations": {cluster_health.ANNOTATION: True}},
+    # the binder's published health (plnt.cluster_health): whether its API server answers; and
+    # its pools' Ready nodes (plnt.pool_nodes), which cap what each pool offers
+    "metadata": {
+        "name": True,
+        "labels": True,
+        "annotations": {cluster_health.ANNOTATION: True, pool_nodes.ANNOTATION: True},
+    },
     "status": {"conditions": True, "pools": True, "gateway": True},
-    "spec": {"namespaceSelector": True},  # the fence (plnt.tenancy)
+    # the fence (plnt.tenancy); which pools autoscale (a node that is gone may come back)
+    "spec": {"namespaceSelector": True, "nodePools": [{"name": True, "maxNodeCount": True}]},
 }
 CLUSTER_SPEC: Shape = {"spec": {"nodePools": True}}  # only read while status has no pools
 VIEW_PART: Shape = {"metadata": {"name": True}, "binaryData": True}

@@ -618,7 +618,10 @@ class Scheduler:
                 account = self.pools[(cluster.name, pool.name)]
                 slots = account.pack(fit.pods)
                 if slots is None:
-                    per_pool.append(f"pool {pool.name}: {account.shortfall(fit.pods)}")
+                    # a pool offering fewer nodes than its spec says why (plnt.pool_nodes)
+                    fewer = cluster.reduced.get(pool.name)
+                    fewer = f", {fewer}" if fewer else ""
+                    per_pool.append(f"pool {pool.name}: {account.shortfall(fit.pods)}{fewer}")
                 else:
                     account.release(slots)
             if len(per_pool) == len(cluster.pools):

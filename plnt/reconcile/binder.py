@@ -41,7 +41,17 @@ import pydantic
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, cluster_health, contracts, fleet_view, ledger_parse, names, tenancy
+from plnt import (
+    binding,
+    cluster_health,
+    contracts,
+    fleet,
+    fleet_view,
+    ledger_parse,
+    names,
+    pool_nodes,
+    tenancy,
+)
 from plnt.ledger_parse import UnreadableLedgerError
 from plnt.reconcile import ledger as ledgers
 from plnt.reconcile import probe
@@ -390,6 +400,7 @@ class Binder:
         if self.prober is not None:
             self.prober.watch(clusters)
             clusters = self.publish_health(clusters, self.prober.streaks())
+            clusters = self.publish_nodes(clusters, self.prober.nodes())
         classes = {c["metadata"]["name"]: c for c in self._list("inferenceclasses")}
         quotas = {q["metadata"]["name"]: q for q in self._list("inferencequotas")}
         namespaces = self.namespaces()
@@ -504,6 +515,44 @@ class Binder:
                 why = record.reason or "ClusterUnreachable"
                 said = f"its API server has not answered since {record.since}: {record.message}"
             self._event("InferenceCluster", obj, why, said, not record.reachable)
+        return out
+
+    def publish_nodes(
+        self,
+        clusters: Mapping[str, dict[str, Any]],
+        seen: Mapping[str, pool_nodes.Observation | None],
+    ) -> dict[str, dict[str, Any]]:
+        """Writes each cluster's counted pool nodes where they changed (the `plnt.work/ready-nodes`
+        annotation, a merge patch), with an Event when the pools it offers less of change;
+        returns the clusters as they are now, so this pass's ledgers and fleet view count them."""
+        out: dict[str, dict[str, Any]] = dict(clusters)
+        for name, obj in sorted(clusters.items()):
+            previous = pool_nodes.record_of(obj)
+            record = pool_nodes.publish(previous, seen.get(name))
+            if record is None or record == previous:
+                continue
+            value = record.to_annotation()
+            try:
+                self.custom.patch_cluster_custom_object(
+                    GROUP, VERSION, "inferenceclusters", name,
+                    {"metadata": {"annotations": {pool_nodes.ANNOTATION: value}}},
+                    field_manager=FIELD_MANAGER,
+                )  # fmt: skip
+            except ApiException as err:
+                log.warning("cluster %s: pool nodes not written: HTTP %s", name, err.status)
+                continue
+            meta = dict(obj.get("metadata") or {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), pool_nodes.ANNOTATION: value}
+            out[name] = {**obj, "metadata": meta}
+            before, after = fleet.cluster_of(obj).reduced, fleet.cluster_of(out[name]).reduced
+            if before == after:
+                continue
+            if after:
+                said = "; ".join(f"pool {p}: {why}" for p, why in sorted(after.items()))
+                self._event("InferenceCluster", obj, "PoolCapacityReduced", said, True)
+            else:
+                said = "every pool has the nodes its spec says"
+                self._event("InferenceCluster", obj, "PoolCapacityRestored", said, False)
         return out
 
     def nudge(

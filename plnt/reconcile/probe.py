@@ -14,6 +14,11 @@ timeout = 18 s after it stopped answering (its first unanswered probe starts wit
 interval), and one that answers again is known Reachable within interval x successes = 10 s;
 the binder's pass that follows (every `--bind-interval`) publishes it.
 
+Each probe that answers is followed by a reading of the cluster's Nodes that carry the pool
+label (one list call, served from the API server's watch cache), counted per pool by
+plnt.pool_nodes: what the binder publishes as `plnt.work/ready-nodes`, so capacity follows the
+nodes that exist. A cluster that does not answer is not read: its last counts stand.
+
 Probes run on threads of their own, never on the binder's pass: a hung API server costs its
 probe the timeout and nothing else. Credentials stay in memory (the Kubernetes client writes
 client certificates to private temporary files as it always does); what is logged and published
@@ -26,6 +31,7 @@ import base64
 import binascii
 import concurrent.futures
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -34,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from plnt import cluster_health
+from plnt import cluster_health, labels, pool_nodes
 from plnt.cluster_health import Record
 
 log = logging.getLogger(__name__)
@@ -179,6 +185,29 @@ class Target:
         detail = f": {said}" if said else ""
         return Outcome(False, cluster_health.NOT_READY, f"{where}: HTTP {response.status}{detail}")
 
+    def nodes(self, timeout: float, now: float) -> pool_nodes.Observation:
+        """The pools' Nodes counted (plnt.pool_nodes), or why they could not be read."""
+        where = f"GET {self.server}/api/v1/nodes"
+        try:
+            method, url, headers, body, post = self.api.param_serialize(
+                "GET",
+                "/api/v1/nodes",
+                query_params=[("labelSelector", labels.POOL), ("resourceVersion", "0")],
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(method, url, headers, body, post, _request_timeout=timeout)
+            text = response.read() or b""
+        except Exception as err:
+            return pool_nodes.Observation(now, error=classify(err, where, timeout).message)
+        if response.status != 200:
+            return pool_nodes.Observation(now, error=f"{where}: HTTP {response.status}")
+        try:
+            items = json.loads(text)["items"] or []
+            found = [n for n in (pool_nodes.node_of(i) for i in items) if n is not None]
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return pool_nodes.Observation(now, error=f"{where}: not a NodeList")
+        return pool_nodes.Observation(now, pool_nodes.count(found))
+
 
 def classify(err: BaseException, where: str, timeout: float) -> Outcome:
     """A failed connection's reason: refused, timed out (a hung or stopped server), else
@@ -215,6 +244,7 @@ class _State:
     target: Target | None = None
     problem: str = ""  # why it cannot be probed (no Secret, no key, not a kubeconfig)
     busy: bool = False  # a probe is running
+    nodes: pool_nodes.Observation | None = None  # the last reading of its Nodes
 
 
 class Prober:
@@ -251,6 +281,11 @@ class Prober:
     def streaks(self) -> dict[str, Streak | None]:
         with self._lock:
             return {name: s.streak for name, s in self._states.items()}
+
+    def nodes(self) -> dict[str, pool_nodes.Observation | None]:
+        """Each cluster's last reading of its Nodes (None: never read)."""
+        with self._lock:
+            return {name: s.nodes for name, s in self._states.items()}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="prober", daemon=True)
@@ -299,6 +334,15 @@ class Prober:
                     elif outcome.ok and state.streak is not None and not state.streak.ok:
                         log.info("cluster %s: its API server answers again", name)
                     state.streak = observe(state.streak, outcome, started)
+            if outcome.ok:
+                seen = target.nodes(self.timeout, self.clock())
+                with self._lock:
+                    state = self._states.get(name)
+                    if state is not None:
+                        before = state.nodes
+                        if seen.error and (before is None or before.error != seen.error):
+                            log.warning("cluster %s: Nodes not counted: %s", name, seen.error)
+                        state.nodes = seen
         except Exception as err:  # a probe must never take the prober down
             log.warning("cluster %s: probe failed: %s", name, type(err).__name__)
         finally:

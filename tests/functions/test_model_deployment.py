@@ -284,7 +284,13 @@ def test_fleet_objects_are_read_through_their_shapes() -> None:
     s.update(cluster)
     got = reading.read(s, reading.CLUSTER)
     assert got["status"] == {k: v for k, v in cluster["status"].items() if k != "providerConfigRef"}
-    assert got.get("spec", {}) == {}  # status reports the pools; no fence declared
+    # status reports the pools, the spec only which autoscale; no fence declared
+    assert got["spec"] == {
+        "nodePools": [
+            {k: v for k, v in p.items() if k in ("name", "maxNodeCount")}
+            for p in cluster["spec"]["nodePools"]
+        ]
+    }
     del cluster["status"]["pools"]
     s = struct_pb2.Struct()
     s.update(cluster)

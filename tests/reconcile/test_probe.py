@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from plnt import cluster_health, fleet_view
+from plnt import cluster_health, fleet_view, pool_nodes
 from plnt.reconcile import binder, probe
 from tests.reconcile import test_binder
 from tests.reconcile.apiserver import ADMIN_TOKEN
@@ -174,3 +174,76 @@ def test_a_restarted_binder_keeps_when_the_outage_began(kube_apiserver, api, clu
     record = cluster_health.record_of(out[cluster_name])
     assert record == cluster_health.Record(False, cluster_health.TIMED_OUT, "x", since)
     assert cluster_health.record_of(kube_apiserver.admin.get(path).json()) == record
+
+
+def _node(kube_apiserver, name: str, pool: str, ready: str) -> None:
+    kube_apiserver.admin.delete(f"/api/v1/nodes/{name}")
+    body = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"modelplane.ai/pool": pool}}}  # fmt: skip
+    assert kube_apiserver.admin.post("/api/v1/nodes", json=body).status_code == 201
+    path = f"/api/v1/nodes/{name}/status"
+    obj = kube_apiserver.admin.get(path).json()
+    obj["status"] = {"conditions": [{"type": "Ready", "status": ready, "reason": "Kubelet"}]}
+    assert kube_apiserver.admin.put(path, json=obj).status_code == 200
+
+
+@pytest.mark.timeout(120)
+def test_capacity_follows_the_nodes_of_the_workload_cluster(
+    kube_apiserver, api, cluster_name, tmp_path
+):
+    """The prober counts the pool's Ready Nodes on the workload API server; the binder publishes
+    the counts on the InferenceCluster with a Warning Event, and the fleet view offers the
+    Ready nodes only, saying why; a workload cluster that stops answering keeps the last counts."""
+    secret = f"{cluster_name}-kubeconfig"
+    _existing(kube_apiserver, cluster_name, secret)
+    path = f"/apis/{GV}/inferenceclusters/{cluster_name}"
+    pool = f"gpu-{cluster_name}"[:40]  # the nodes' pool label: this test's alone on the server
+    obj = kube_apiserver.admin.get(path).json()
+    obj["status"]["pools"] = [{"name": pool, "className": "h100-8x", "nodeCapacity": 3}]
+    assert kube_apiserver.admin.put(path, json=obj).status_code == 200
+    for i, ready in enumerate(("True", "True", "False")):
+        _node(kube_apiserver, f"{pool}-{i}", pool, ready)
+    core = binder.client.CoreV1Api(api)
+
+    def read_secret(namespace: str, name: str) -> dict[str, str]:
+        return dict(core.read_namespaced_secret(name, namespace).data or {})
+
+    prober = probe.Prober(read_secret, interval=0.1, timeout=0.5)
+    b = binder.Binder(api, prober=prober, failures=2, successes=2)
+    _secret(kube_apiserver, secret, kubeconfig_for(kube_apiserver, tmp_path))
+    b.bind_once()  # learns the clusters
+    prober.round(wait=True)
+    b.bind_once()
+    counted = pool_nodes.record_of(kube_apiserver.admin.get(path).json())
+    assert counted is not None and counted.pools[pool] == (2, 3) and not counted.error
+
+    def shown() -> fleet_view.ClusterView:
+        parts = kube_apiserver.admin.get(
+            "/api/v1/namespaces/plnt-system/configmaps",
+            params={"labelSelector": f"{fleet_view.VIEW_LABEL}=true"},
+        ).json()["items"]
+        return fleet_view.read(parts)[0][cluster_name]
+
+    view = shown()
+    assert [(p.name, p.capacity) for p in view.cluster.pools] == [(pool, 2)]
+    why = f"2 of 3 nodes Ready (3 exist) on the workload cluster since {counted.since}"
+    assert view.cluster.reduced == {pool: why}
+    assert ("Warning", "PoolCapacityReduced", f"pool {pool}: {why}") in _events(
+        kube_apiserver, cluster_name
+    )
+
+    # the workload cluster stops answering: the counts stand as last observed
+    kube_apiserver.admin.delete(f"/api/v1/nodes/{pool}-0")
+    with silent_server() as port:
+        _secret(kube_apiserver, secret, kubeconfig_for(kube_apiserver, tmp_path, port))
+        prober.round(wait=True)
+        b.bind_once()
+    assert pool_nodes.record_of(kube_apiserver.admin.get(path).json()) == counted
+    # it answers again: the node that went is counted
+    _secret(kube_apiserver, secret, kubeconfig_for(kube_apiserver, tmp_path))
+    prober.round(wait=True)
+    b.bind_once()
+    again = pool_nodes.record_of(kube_apiserver.admin.get(path).json())
+    assert again is not None and again.pools[pool] == (1, 2)
+    assert [(p.name, p.capacity) for p in shown().cluster.pools] == [(pool, 1)]
+    prober.stop()
