@@ -658,19 +658,26 @@ def _compose_replica(
     if not ready and workloads.get("reason") == conditions.UNSCHEDULABLE:
         out.unschedulable[rev].append((replica, str(workloads.get("message") or "")))
     xp.compose(rsp, rep.resource_name(replica), obj, ready=xp.is_ready(seen))
+    seen_endpoint = _observed(req, rep.endpoint_resource_name(replica))
+    # a failover replacement joins the routes once it is Ready (or already has its endpoint):
+    # callers are not sent to a replica still staging weights while the held one is kept
+    joining = bool(_replaces(obj)) and not xp.is_ready(seen) and seen_endpoint is None
     if routable and cluster is not None and address is not None:
-        endpoint = rep.model_endpoint(
-            replica=replica,
-            namespace=namespace,
-            deployment=deployment,
-            revision=rev,
-            cluster=cluster_name,
-            address=address,
-        )
-        seen_endpoint = _observed(req, rep.endpoint_resource_name(replica))
-        xp.compose(
-            rsp, rep.endpoint_resource_name(replica), endpoint, ready=xp.is_ready(seen_endpoint)
-        )
+        if not joining:
+            endpoint = rep.model_endpoint(
+                replica=replica,
+                namespace=namespace,
+                deployment=deployment,
+                revision=rev,
+                cluster=cluster_name,
+                address=address,
+            )
+            xp.compose(
+                rsp,
+                rep.endpoint_resource_name(replica),
+                endpoint,
+                ready=xp.is_ready(seen_endpoint),
+            )
     else:
         out.degraded.append(f"{replica} on {cluster_name}")
         out.clusters_degraded[cluster_name] = _why_degraded(cluster)

@@ -112,7 +112,11 @@ def test_the_degraded_replica_is_released_once_its_replacement_serves(at) -> Non
     xr = {**SCENARIO.xr, "status": placing.xr["status"]}
     starting = step(xr, observed(placing, {HEALTHY, DEGRADED}))
     assert set(replicas(starting)) == {DEGRADED, HEALTHY, REPLACEMENT}  # starting: still held
-    served = step(xr, observed(starting, {HEALTHY, DEGRADED, REPLACEMENT}))
+    assert REPLACEMENT not in of_kind(starting, "ModelEndpoint")  # not routed while it starts
+    ready = step(xr, observed(starting, {HEALTHY, DEGRADED, REPLACEMENT}))
+    assert REPLACEMENT in of_kind(ready, "ModelEndpoint")  # Ready: it joins the routes
+    assert DEGRADED in of_kind(ready, "ModelReplica")  # until its endpoint is, still held
+    served = step(xr, observed(ready, {HEALTHY, DEGRADED, REPLACEMENT}))
     assert replicas(served) == {
         HEALTHY: "coreweave-h100",
         REPLACEMENT: replicas(placing)[REPLACEMENT],
