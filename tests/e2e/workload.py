@@ -3,8 +3,9 @@
 - kube-controller-manager (v1.37.2): the Deployment, ReplicaSet, StatefulSet and ResourceClaim
   controllers make the engines' pods and their claims from plnt's ResourceClaimTemplates; the
   node lifecycle controller lifts a new Node's not-ready taint once its heartbeats say Ready
-  (and taints it again when they stop); the ServiceAccount, garbage-collector and namespace
-  controllers as in any cluster.
+  (and taints it again when they stop); the pod garbage collector deletes the pods of a Node
+  that is gone (what lets a workload's pods come back elsewhere, or stay unschedulable); the
+  ServiceAccount, garbage-collector and namespace controllers as in any cluster.
 - kube-scheduler (v1.37.2, DRA on as it is by default): binds every pod and allocates every
   ResourceClaim from the ResourceSlices on the nodes, with the DRA CEL library evaluating plnt's
   device selectors. Its PodScheduled=False messages are the real ones.
@@ -66,6 +67,7 @@ CONTROLLERS = ",".join(
         "resourceclaim",
         "serviceaccount",
         "node-lifecycle",
+        "pod-garbage-collector",
     )
 )
 
