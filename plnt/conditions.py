@@ -15,6 +15,7 @@ VALID = "Valid"
 CANARY = "Canary"  # a canary revision: awaiting the gate, promoted, rolled back
 REACHABLE = "Reachable"  # ModelEndpoint: whether the URL answers (not probed by the function)
 ROUTED = "Routed"  # ModelService: the HTTPRoute sends traffic to at least one endpoint
+IN_CLUSTER_ENDPOINT = "InClusterEndpoint"  # ModelService: its Service reaches the route
 SERVING = "Serving"  # WorkflowRun: its phase, as a condition (True when Ready)
 USABLE = "Usable"  # an InferenceClass can be used by clusters and the scheduler
 STACK_READY = "StackReady"  # an InferenceCluster's serving stack and gateway are up

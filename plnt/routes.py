@@ -17,6 +17,15 @@ prefix wins; a route is therefore a claim on traffic, and a claim is the platfor
   namespace always owns ``/<namespace>``, so its own prefix beats another's granted one; between
   two granted claims the older route wins (creation time, then ``<namespace>/<name>``), as
   Gateway API settles conflicting routes.
+
+In-cluster names: ``<service>.<namespace>.svc.cluster.local`` and ``<service>.<namespace>.svc``
+are the names a pod's DNS resolves to a Service of that namespace, so they are that namespace's
+and no grant gives them to another: a hostname that names, or a wildcard that covers, a name
+under another namespace's ``.svc`` domain is refused (``*.svc.cluster.local`` and ``*.local``
+included). A route whose hostnames are all its own namespace's in-cluster names (an *in-cluster
+route*: the one a ModelService composes for its Service) takes only requests addressed to those
+names; Gateway API gives a matching hostname precedence over a route without hostnames, so it
+overlaps no route without hostnames, and it owns its names against any route that lists them.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ HOSTNAME_NOT_PERMITTED = "HostnameNotPermitted"
 GATEWAY_NOT_PERMITTED = "GatewayNotPermitted"
 ROUTE_CONFLICT = "RouteConflict"
 NEWEST = "~"  # sorts after every RFC 3339 time: a route not created yet is the newest
+CLUSTER_DOMAIN = "cluster.local"  # the cluster's DNS domain, as kubelet's default
+SERVICE_DOMAINS = (("svc",), ("svc", *CLUSTER_DOMAIN.split(".")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +59,13 @@ class Route:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def in_cluster(self) -> bool:
+        """Its hostnames are all its own namespace's in-cluster names."""
+        return bool(self.hostnames) and all(
+            own_in_cluster_name(self.namespace, h) for h in self.hostnames
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +105,39 @@ def hostnames_intersect(a: Iterable[str], b: Iterable[str]) -> bool:
     return any(hostname_covers(x, y) or hostname_covers(y, x) for x in a for y in b)
 
 
+def in_cluster_hostnames(service: str, namespace: str) -> tuple[str, str]:
+    """The names a pod resolves to Service ``service`` of ``namespace`` (fully qualified, and as
+    the DNS search path completes ``<service>.<namespace>.svc``)."""
+    return (f"{service}.{namespace}.svc.{CLUSTER_DOMAIN}", f"{service}.{namespace}.svc")
+
+
+def own_in_cluster_name(namespace: str, hostname: str) -> bool:
+    """``hostname`` is exactly one of the names of a Service of ``namespace``."""
+    parts = hostname.split(".")
+    return parts[0] != "*" and any(
+        len(parts) == len(domain) + 2 and tuple(parts[2:]) == domain and parts[1] == namespace
+        for domain in SERVICE_DOMAINS
+    )
+
+
+def foreign_in_cluster_name(namespace: str, hostname: str) -> bool:
+    """``hostname`` names, or as a wildcard covers, a name under the ``.svc`` domain of a
+    namespace other than ``namespace``."""
+    parts = hostname.split(".")
+    wildcard = parts[0] == "*"
+    rest = tuple(parts[1:] if wildcard else parts)
+    for domain in SERVICE_DOMAINS:
+        if wildcard and len(rest) <= len(domain) and domain[len(domain) - len(rest) :] == rest:
+            return True  # *.svc, *.local, *.cluster.local, *.svc.cluster.local: every namespace
+        if (
+            len(rest) > len(domain)
+            and rest[-len(domain) :] == domain
+            and rest[-len(domain) - 1] != namespace
+        ):
+            return True
+    return False
+
+
 def home(namespace: str) -> str:
     return f"/{namespace}"
 
@@ -112,6 +163,12 @@ def permission_refusal(
             + "; an InferenceGrant's routes.paths may grant it",
         )
     for name in hostnames:
+        if foreign_in_cluster_name(namespace, name):
+            return Refusal(
+                HOSTNAME_NOT_PERMITTED,
+                f"spec.hostnames {name} names Services of another namespace (a name under "
+                "<namespace>.svc is that namespace's own); no grant gives it",
+            )
         if not any(hostname_covers(g, name) for g in grant.hostnames):
             return Refusal(
                 HOSTNAME_NOT_PERMITTED,
@@ -162,6 +219,12 @@ def owner(ours: Route, path: str, others: Iterable[Route]) -> Route | None:
             continue
         if not hostnames_intersect(ours.hostnames, other.hostnames):
             continue
+        if ours.in_cluster != other.in_cluster:
+            if not (ours.hostnames and other.hostnames):
+                continue  # the in-cluster route's hostnames take precedence: no overlap
+            if ours.in_cluster:
+                continue  # its names are its namespace's: it owns them
+            return other
         for theirs in other.paths:
             if not paths_overlap(path, theirs) or _wins(ours, path, other, theirs):
                 continue

@@ -27,6 +27,10 @@ Design choices:
   of another namespace (every HTTPRoute is required) owns traffic it overlaps. Otherwise
   nothing is composed and ``Routed`` is False with reason PathNotPermitted,
   HostnameNotPermitted, GatewayNotPermitted or RouteConflict, naming what is in the way.
+- With ``spec.service`` it also composes the in-cluster endpoint (in_cluster.py): a Service on
+  port 8000 whose EndpointSlice holds the Gateway's address, and a route matching the Service's
+  in-cluster names with the same backends; ``status.endpoint`` is
+  ``<service>.<namespace>.svc.cluster.local:8000``.
 - The control-plane Gateway is a prerequisite plnt does not create (it is shared by every
   ModelService, and its class is the platform's choice). While it is missing, or does not
   accept the route, ``Routed`` is False and names it, so whoever waits on the service (a
@@ -40,7 +44,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.model_service import backends, weights
+from functions.model_service import backends, in_cluster, weights
 from plnt import conditions, contracts, grants, labels, routes, xp
 from plnt import targets as plnt_targets
 from plnt.models.model_endpoint import ModelEndpointSpec
@@ -105,6 +109,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     integers = weights.integer_weights(exact)
     path = spec.route_path(namespace, name)
     seen = xp.observed_resources(req)
+    existing = in_cluster.require(req, rsp, spec.service.name, namespace) if spec.service else None
     refusal = claim_refusal(
         req, rsp, spec, namespace=namespace, name=name, path=path, grant=grant,
         observed_route=seen.get(ROUTE),
@@ -123,6 +128,17 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         refs.append(backends.backend_ref(backend, url, rewrite, integers[ep_name]))
     route = backends.http_route(name, gateway, spec.hostnames, path, refs)
     xp.compose(rsp, ROUTE, route, ready=_accepted(seen.get(ROUTE)))
+    endpoint = None
+    if spec.service is not None and existing is not None:
+        plan = in_cluster_plan(
+            req, rsp, spec.service.name, meta=meta, gateway=gateway, gateways=gateways,
+            refs=refs, existing=existing, seen=seen,
+        )  # fmt: skip
+        for key, obj in plan.objects.items():
+            ready = _accepted(seen.get(key)) if key == in_cluster.ROUTE else key in seen
+            xp.compose(rsp, key, obj, ready=ready)
+        endpoint = plan.endpoint
+        xp.set_conditions(rsp, plan.condition)
 
     # status
     host = spec.hostnames[0] if spec.hostnames else _gateway_address(gateways)
@@ -138,12 +154,54 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     }
     if host:
         status["url"] = f"http://{host}{path}"
+    if endpoint:
+        status["endpoint"] = endpoint
     xp.set_status(rsp, status)
     xp.set_conditions(
         rsp,
         routed_condition(gateway, gateways, seen.get(ROUTE), integers, held=held, refused=refused),
     )
     return rsp
+
+
+def in_cluster_plan(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    service: str,
+    *,
+    meta: dict[str, Any],
+    gateway: dict[str, str],
+    gateways: list[dict[str, Any]] | None,
+    refs: list[dict[str, Any]],
+    existing: tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None],
+    seen: dict[str, dict[str, Any]],
+) -> in_cluster.Plan:
+    """The in-cluster endpoint, checked against every object of its names that exists."""
+    namespace = meta.get("namespace", "")
+    services, slices = existing
+    httproutes = xp.require(
+        req, rsp, ROUTES_REQUIREMENT, backends.GATEWAY_API, "HTTPRoute", match_labels={}
+    )
+    route = in_cluster.route_name(service)
+    candidates = [(in_cluster.SERVICE, obj) for obj in services or []]
+    candidates += [(in_cluster.SLICE, obj) for obj in slices or []]
+    candidates += [
+        (in_cluster.ROUTE, obj)
+        for obj in httproutes or []
+        if (obj.get("metadata") or {}).get("namespace") == namespace
+        and (obj.get("metadata") or {}).get("name") == route
+    ]
+    return in_cluster.plan(
+        name=service,
+        namespace=namespace,
+        uid=str(meta.get("uid") or ""),
+        gateway=gateway,
+        gateways=gateways,
+        backend_refs=refs,
+        existing=candidates,
+        httproutes=httproutes or [],
+        seen=seen,
+    )
 
 
 def claim_refusal(

@@ -5,7 +5,8 @@ required resource every InferenceClass (which GPU classes the fleet offers). Com
 ModelDeployment named after the run (one Standalone engine named after the runtime, from the
 runtime's preset; one DRA device request ``gpu`` of ``resources.gpu`` devices selected by the
 gpuClass CEL; the canary block with ``runId`` = the workflowRunId, and autoscaling) and a
-ModelService that routes the control-plane Gateway to that deployment's ModelEndpoints.
+ModelService that routes the control-plane Gateway to that deployment's ModelEndpoints, with
+the in-cluster Service the seed's endpoint names (``spec.service``).
 
 Design choices:
 - Every rollout is gated: the ModelDeployment always gets a canary block, so its first
@@ -21,8 +22,12 @@ Design choices:
   template carries the source in the ``plnt.work/weights-uri`` annotation, which the
   workload renderer turns into an init container (docs/workflow-run.md). That staging is the
   PullingWeights phase.
-- ``status.endpoint`` is the ModelService URL, the address that stays put across canaries,
-  rollbacks and clusters (docs/workflow-run.md says why not ``<name>.<ns>.svc``).
+- ``status.endpoint`` is the seed's ``<service>.<namespace>.svc.cluster.local:8000``: the
+  ModelService's Service, named after the run where that is a DNS label and otherwise derived
+  from it (``plnt.names.service_name``: dots to dashes), reaching the route through the
+  control-plane Gateway. ``status.url`` is the route's URL, for callers outside the cluster.
+  Both stay put across canaries, rollbacks and clusters; ``status.address`` is the endpoint as
+  kubectl's column shows it (``<service>.<namespace>.svc:8000``).
 - Invalid input is not a Fatal result: Crossplane discards the desired status of a Fatal
   response, so phase Failed would never reach the live object. It is a Warning, the Valid
   condition (False, naming the field), phase Failed, and every composed resource carried
@@ -31,6 +36,7 @@ Design choices:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -39,7 +45,7 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.workflow_run import gpu_classes, phases, presets
-from plnt import conditions, contracts, labels, xp
+from plnt import conditions, contracts, labels, names, routes, xp
 from plnt.models.workflow_run import WorkflowRunSpec
 
 DEPLOYMENT = "model-deployment"
@@ -48,6 +54,9 @@ INFERENCE_CLASSES = "inference-classes"
 USER_EXCLUDED = "crossplane"  # the spec field Crossplane writes: never part of a run's identity
 CROSSPLANE = "crossplane.io/"  # label prefix Crossplane puts on what it composes
 WEIGHTS_PATH = "/models"  # where ModelReplica mounts a ModelCache, too
+CLUSTER_DOMAIN = "." + routes.CLUSTER_DOMAIN
+# the seed's endpoint is <service>.<namespace>.svc.cluster.local:8000
+IN_CLUSTER_SUFFIX = f".svc{CLUSTER_DOMAIN}:8000"
 # what this function composes under each name: observed objects are trusted only as these
 COMPOSED_KINDS = {
     DEPLOYMENT: (contracts.MODELPLANE_API_VERSION, "ModelDeployment"),
@@ -105,7 +114,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     service = model_service(name, identity, seen_deployment)
     xp.compose(rsp, SERVICE, service, ready=phases.routed(seen_service))
 
-    xp.set_status(rsp, _status(identity, phase))
+    xp.set_status(rsp, _status(identity, phase, seen_service, xr.get("status") or {}))
     xp.set_conditions(
         rsp,
         xp.Condition(conditions.VALID, True, conditions.AVAILABLE, "spec is valid"),
@@ -157,10 +166,12 @@ def _refuse(
         xp.compose(rsp, resource, carried(obj), ready=ready(obj))
     kept = phases.derive(observed.get(DEPLOYMENT), observed.get(SERVICE)) if observed else None
     message = f"invalid spec: {err}"
-    if kept is not None and kept.endpoint:
-        message += f"; the previous spec keeps serving at {kept.endpoint}"
-    failed = phases.Phase(phases.FAILED, message, kept.endpoint if kept else None)
-    xp.set_status(rsp, _status(identity, failed))
+    failed = phases.Phase(phases.FAILED, message, kept.url if kept else None)
+    status = _status(identity, failed, observed.get(SERVICE), {})
+    if kept is not None and kept.url:
+        message += f"; the previous spec keeps serving at {status.get('endpoint') or kept.url}"
+        failed = dataclasses.replace(failed, message=message)
+    xp.set_status(rsp, status)
     xp.set_conditions(
         rsp,
         xp.Condition(conditions.VALID, False, conditions.INVALID_SPEC, str(err)),
@@ -169,10 +180,26 @@ def _refuse(
     xp.warning(rsp, message)
 
 
-def _status(identity: dict[str, Any], phase: phases.Phase) -> dict[str, Any]:
+def _status(
+    identity: dict[str, Any],
+    phase: phases.Phase,
+    service: Mapping[str, Any] | None,
+    written: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The phase, and once a revision serves behind the route (the phase has a URL): the URL,
+    the in-cluster endpoint the ModelService reports (or, while Ready, the one written before),
+    and the endpoint's short form for kubectl's column."""
     status: dict[str, Any] = {**identity, "phase": phase.name}
-    if phase.endpoint:
-        status["endpoint"] = phase.endpoint
+    if not phase.url:
+        return status
+    status["url"] = phase.url
+    endpoint = xp.status_of(service).get("endpoint")
+    if not isinstance(endpoint, str) or not endpoint:
+        endpoint = written.get("endpoint") if phase.name == phases.READY else None
+    if isinstance(endpoint, str) and endpoint.endswith(IN_CLUSTER_SUFFIX):
+        status["endpoint"] = endpoint
+        host, _, port = endpoint.rpartition(":")
+        status["address"] = f"{host.removesuffix(CLUSTER_DOMAIN)}:{port}"
     return status
 
 
@@ -331,7 +358,8 @@ def endpoints_digest(deployment: dict[str, Any] | None) -> str:
 def model_service(
     run: str, identity: dict[str, Any], seen_deployment: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """Routes the default control-plane Gateway at ``/<namespace>/<run>`` to the run's endpoints.
+    """Routes the default control-plane Gateway at ``/<namespace>/<run>`` to the run's endpoints,
+    and gives them the in-cluster Service ``names.service_name(run)`` on port 8000.
 
     The ``plnt.work/stable-revision`` and ``plnt.work/canary-revision`` annotations follow the
     deployment's revisions, so a canary appearing, a promotion and a rollback each change the
@@ -360,6 +388,7 @@ def model_service(
         "spec": {
             "endpoints": [
                 {"weight": 1, "selector": {"matchLabels": {labels.DEPLOYMENT: labels.value(run)}}}
-            ]
+            ],
+            "service": {"name": names.service_name(run)},
         },
     }

@@ -56,9 +56,11 @@ interleaving of the children's reports between two reconciles so shows every ste
   that could not be placed after Ready), goes to the target at once. RolledBack, and Failed by
   the gate, come after SmokeTesting: the walk shows the steps up to the smoke test first.
 
-``endpoint`` is the ModelService URL once a stable revision serves behind it, so it stays
-set through a later update's canary, re-test, promotion or rollback, and is never set before
-Promoting in a first rollout.
+``url`` is the ModelService URL once a stable revision serves behind it, so it stays set
+through a later update's canary, re-test, promotion or rollback, and is never set before
+Promoting in a first rollout; the WorkflowRun's in-cluster ``endpoint`` follows it (fn.py).
+Routed includes the ModelService's in-cluster endpoint where it has a Service: Ready is
+written only once ``status.endpoint`` can be.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ UNSCHEDULABLE_PREFIX = "the kube-scheduler cannot place the engines' pods: "
 class Phase:
     name: str
     message: str
-    endpoint: str | None = None
+    url: str | None = None
     # written on the way: the target is further along, and the next step is due at once
     trailing: bool = False
 
@@ -139,11 +141,14 @@ def _count(value: Any) -> int:
 
 
 def routed(service: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None = None) -> bool:
-    """The ModelService has a URL, is Ready, sends traffic to at least one endpoint and, given
-    the ModelDeployment, computed its weights from the revisions the deployment reports now (so
-    a promotion or rollback counts as routed only once traffic has followed it)."""
+    """The ModelService has a URL (and its in-cluster endpoint, where it has a Service), is
+    Ready, sends traffic to at least one endpoint and, given the ModelDeployment, computed its
+    weights from the revisions the deployment reports now (so a promotion or rollback counts as
+    routed only once traffic has followed it)."""
+    wants_endpoint = bool(((service or {}).get("spec") or {}).get("service"))
     if not (
         _status(service).get("url")
+        and (_status(service).get("endpoint") or not wants_endpoint)
         and xp.is_ready(service)
         and _cond(service, conditions.ROUTED).get("status") == "True"
     ):
@@ -201,7 +206,7 @@ def derive(
 ) -> Phase:
     """The phase to write for a valid spec (Failed on invalid input is decided by the caller):
     the target derived from what is observed, reached by the walk from ``written`` (the
-    WorkflowRun's own observed status: phase, workflowRunId, endpoint). Without a written phase
+    WorkflowRun's own observed status: phase, workflowRunId, url). Without a written phase
     (a new object, or a preview) it is the target itself."""
     target = _derive(deployment, service, run, stages_weights)
     last = written or {}
@@ -221,7 +226,7 @@ def derive(
         reached = ORDER.index(previous)
     else:
         reached = 0  # after Pending, Failed or RolledBack: as after Validating
-    first_rollout = not last.get("endpoint")
+    first_rollout = not (last.get("url") or last.get("endpoint"))
     if goal <= reached:
         here = ORDER[reached]
         if goal == reached:
@@ -229,17 +234,15 @@ def derive(
         # a run's phase only moves forward: what reports an earlier state again (a pod
         # restarted, a replica added, a child's status lags a reconcile) is told under the
         # step reached; after Ready, under Ready, until the next run
-        endpoint = _endpoint(target, here, first_rollout) or (
-            last.get("endpoint") if here == READY else None
-        )
-        return Phase(here, _HOLD[here] + target.message, endpoint)
+        url = _url(target, here, first_rollout) or (last.get("url") if here == READY else None)
+        return Phase(here, _HOLD[here] + target.message, url)
     this = _Run.of(deployment, run, first_rollout)
     if this.settled and previous not in ORDER and not first_rollout:
         return target  # after Pending (or Failed) of a settled deployment: nothing to show
     for step in ORDER[reached + 1 : goal]:
         if _applies(step, this, stages_weights):
             message = _on_the_way(step, target, this, run)
-            return Phase(step, message, _endpoint(target, step, first_rollout), trailing=True)
+            return Phase(step, message, _url(target, step, first_rollout), trailing=True)
     return target
 
 
@@ -260,11 +263,11 @@ def _applies(step: str, this: _Run, stages_weights: bool) -> bool:
     return True  # Validating, and SmokeTesting: every run is tested
 
 
-def _endpoint(target: Phase, step: str, first_rollout: bool) -> str | None:
+def _url(target: Phase, step: str, first_rollout: bool) -> str | None:
     """Nothing serves a first rollout before it is promoted."""
     if first_rollout and ORDER.index(step) < ORDER.index(PROMOTING):
         return None
-    return target.endpoint
+    return target.url
 
 
 def _on_the_way(step: str, target: Phase, this: _Run, run: str | None) -> str:
@@ -311,49 +314,47 @@ def _derive(
     scheduled = _cond(deployment, conditions.REPLICAS_SCHEDULED)
     ready = _cond(deployment, conditions.REPLICAS_READY)
     synced = _cond(deployment, "Synced")
-    url = _status(service).get("url")
-    endpoint = url if (stable and url) else None
+    routed_at = _status(service).get("url")
+    url = routed_at if (stable and routed_at) else None
 
     if synced.get("status") == "False":
         why = synced.get("message") or synced.get("reason") or "no reason given"
-        return Phase(FAILED, f"the ModelDeployment cannot be reconciled: {why}", endpoint)
+        return Phase(FAILED, f"the ModelDeployment cannot be reconciled: {why}", url)
     if run is not None and contracts.CanaryStatus.of(deployment).run != run:
-        return Phase(VALIDATING, f"the ModelDeployment has not taken up run {run} yet", endpoint)
+        return Phase(VALIDATING, f"the ModelDeployment has not taken up run {run} yet", url)
     if canary_cond.get("reason") == conditions.FAILED:
-        return Phase(FAILED, canary_cond.get("message") or "the smoke test failed", endpoint)
+        return Phase(FAILED, canary_cond.get("message") or "the smoke test failed", url)
     if gate.verdict == contracts.FAIL and not stable:
         why = gate.reason or ""
         return Phase(FAILED, f"the smoke test failed and no stable revision exists: {why}")
     if canary_cond.get("reason") == conditions.ROLLED_BACK:
-        return Phase(
-            ROLLED_BACK, canary_cond.get("message") or "the canary was rolled back", endpoint
-        )
+        return Phase(ROLLED_BACK, canary_cond.get("message") or "the canary was rolled back", url)
     if not scheduled:
         return Phase(VALIDATING, "the ModelDeployment has not reported a schedule yet")
     if scheduled.get("status") == "False":
         why = scheduled.get("message") or scheduled.get("reason") or ""
-        return Phase(PENDING, f"replicas are not scheduled yet: {why}".rstrip(": "), endpoint)
+        return Phase(PENDING, f"replicas are not scheduled yet: {why}".rstrip(": "), url)
     if canary and canary_cond.get("reason") == conditions.AWAITING_VERDICT:
-        return _testing(deployment, canary, stable, endpoint, stages_weights)
+        return _testing(deployment, canary, stable, url, stages_weights)
     replicas_ready = ready.get("status") == "True"
     in_place = contracts.CanaryStatus.of(deployment).mode == contracts.IN_PLACE
     # a re-test in place moves no traffic: the service routing at all is enough
     is_routed = routed(service, None if in_place else deployment)
     if canary_cond.get("reason") == conditions.PROMOTED and not (replicas_ready and is_routed):
-        return Phase(
-            PROMOTING, f"revision {stable} passed the gate; shifting traffic to it", endpoint
-        )
+        return Phase(PROMOTING, f"revision {stable} passed the gate; shifting traffic to it", url)
     if not replicas_ready:
         counts = ready.get("message") or "replicas not ready"
-        return _coming_up(ready.get("reason"), None, counts, stages_weights, endpoint)
+        return _coming_up(ready.get("reason"), None, counts, stages_weights, url)
     if not is_routed:
         why = _cond(service, conditions.ROUTED).get("message") or "it has no URL or is not Ready"
         return Phase(
             PROMOTING,
             f"replicas are ready; the ModelService does not route to them yet: {why}",
-            endpoint,
+            url,
         )
-    return Phase(READY, f"serving at {url}", url)
+    inside = _status(service).get("endpoint")
+    where = f"{inside} (outside the cluster: {routed_at})" if inside else routed_at
+    return Phase(READY, f"serving at {where}", routed_at)
 
 
 def _coming_up(
@@ -361,7 +362,7 @@ def _coming_up(
     revision: str | None,
     why: str,
     stages_weights: bool,
-    endpoint: str | None,
+    url: str | None,
 ) -> Phase:
     """Replicas that are not ready, by the reason their parent reports (ReplicasReady's, or
     the revision under test's readiness): staging weights, or starting their engines.
@@ -369,18 +370,18 @@ def _coming_up(
     what = revision or "engines"
     if readiness == conditions.PULLING_WEIGHTS:
         of = f" of {revision}" if revision else ""
-        return Phase(PULLING_WEIGHTS, f"staging the model weights{of}: {why}", endpoint)
+        return Phase(PULLING_WEIGHTS, f"staging the model weights{of}: {why}", url)
     if readiness == conditions.UNSCHEDULABLE:
         # nothing has started: with weights to stage, staging is what comes next
         name = PULLING_WEIGHTS if stages_weights else DEPLOYING
         said = UNSCHEDULABLE_PREFIX + why
-        return Phase(name, f"starting {revision}: {said}" if revision else said, endpoint)
+        return Phase(name, f"starting {revision}: {said}" if revision else said, url)
     if readiness in (conditions.STARTING, conditions.AVAILABLE) or not stages_weights:
-        return Phase(DEPLOYING, f"starting {what}: {why}", endpoint)
+        return Phase(DEPLOYING, f"starting {what}: {why}", url)
     return Phase(
         PULLING_WEIGHTS,
         f"{what}: the replicas are placed; their weights stage before the engines start: {why}",
-        endpoint,
+        url,
     )
 
 
@@ -388,7 +389,7 @@ def _testing(
     deployment: Mapping[str, Any],
     canary: str,
     stable: str | None,
-    endpoint: str | None,
+    url: str | None,
     stages_weights: bool,
 ) -> Phase:
     """A revision awaits the gate: it is coming up (PullingWeights, Deploying) or measured."""
@@ -406,7 +407,7 @@ def _testing(
                 SMOKE_TESTING,
                 f"the latency gate is about to re-test revision {canary} in place (its traffic "
                 f"unchanged): {why}",
-                endpoint,
+                url,
             )
         # the revision under test's readiness; a first revision's is ReplicasReady's too
         readiness = contracts.CanaryStatus.of(deployment).readiness
@@ -415,11 +416,11 @@ def _testing(
         if readiness == conditions.UNSCHEDULABLE and not stable:
             why = ready.get("message") or why
         what = f"first revision {canary}" if not stable else f"canary revision {canary}"
-        return _coming_up(readiness, what, why, stages_weights, endpoint)
+        return _coming_up(readiness, what, why, stages_weights, url)
     if stable == canary:
         what = f"re-testing revision {canary} in place (its traffic unchanged)"
     elif stable:
         what = f"measuring canary revision {canary}"
     else:
         what = f"measuring first revision {canary}; it takes no traffic until it passes"
-    return Phase(SMOKE_TESTING, f"the latency gate is {what}", endpoint)
+    return Phase(SMOKE_TESTING, f"the latency gate is {what}", url)

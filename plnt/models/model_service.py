@@ -12,6 +12,7 @@ DEFAULT_GATEWAY_NAME = "plnt-gateway"
 DEFAULT_GATEWAY_NAMESPACE = "plnt-system"
 HOSTNAME_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 PATH_PATTERN = r"^/[^\s?#]*$"
+SERVICE_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 MAX_WEIGHT = 1000
 
 
@@ -32,6 +33,10 @@ class GatewayRef(_Model):
     namespace: str = Field(default=DEFAULT_GATEWAY_NAMESPACE, min_length=1, max_length=63)
 
 
+class InClusterService(_Model):
+    name: str = Field(min_length=1, max_length=63, pattern=SERVICE_NAME_PATTERN)
+
+
 class ModelServiceSpec(_Model):
     endpoints: list[EndpointGroup] = Field(min_length=1, max_length=16)
     gateway_ref: GatewayRef = Field(default_factory=GatewayRef, alias="gatewayRef")
@@ -39,6 +44,7 @@ class ModelServiceSpec(_Model):
         default_factory=list, max_length=16
     )
     path: str | None = Field(default=None, pattern=PATH_PATTERN, max_length=1024)
+    service: InClusterService | None = None
 
     @model_validator(mode="after")
     def _some_weight(self) -> ModelServiceSpec:

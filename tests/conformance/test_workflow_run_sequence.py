@@ -50,6 +50,15 @@ GATEWAY = {
     "spec": {"gatewayClassName": "istio", "listeners": []},
     "status": {"addresses": [{"type": "IPAddress", "value": "198.51.100.7"}]},
 }
+ACCEPTED = {
+    "parents": [
+        {
+            "parentRef": {"name": "plnt-gateway", "namespace": "plnt-system"},
+            "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted"}],
+        }
+    ]
+}
+ENDPOINT = "llama-3-1-70b-instruct.default.svc.cluster.local:8000"
 
 
 class Renderer:
@@ -125,6 +134,7 @@ class ControlPlane:
         self.run_status: dict[str, Any] = {}
         self.md_status: dict[str, Any] = {}
         self.ms_status: dict[str, Any] | None = None
+        self.ms_composed: dict[str, dict[str, Any]] = {}
         self.run_composed: dict[str, dict[str, Any]] = {}
         self.md_composed: dict[str, dict[str, Any]] = {}
         self.phases: list[str] = []
@@ -163,14 +173,21 @@ class ControlPlane:
         self.md_status = out["status"]
 
     def service(self) -> dict[str, Any]:
-        """The ModelService's pipeline over the deployment's endpoints; its HTTPRoute is taken
-        as Accepted by the Gateway (simulated), so it is Ready."""
+        """The ModelService's pipeline over the deployment's endpoints; what it composed last
+        is observed (its HTTPRoutes taken as Accepted by the Gateway, simulated), so it is
+        Ready and, from its second reconcile, reports its in-cluster endpoint."""
         xr = as_xr(self.run_composed["model-service"], self.ms_uid, self.ms_status or {})
         endpoints = [
             observed(o, {}) for o in self.md_composed.values() if o["kind"] == "ModelEndpoint"
         ]
         md = as_xr(self.run_composed["model-deployment"], self.md_uid, self.md_status)
-        out, _ = self.render("modelservices.yaml", xr, [], [*endpoints, md, GATEWAY])
+        seen = [
+            observed(o, ACCEPTED if o["kind"] == "HTTPRoute" else None)
+            for o in self.ms_composed.values()
+        ]
+        out, self.ms_composed = self.render(
+            "modelservices.yaml", xr, seen, [*endpoints, md, GATEWAY]
+        )
         self.ms_status = copy.deepcopy(out["status"])
         ready = {"type": "Ready", "status": "True", "reason": "Available"}
         others = [c for c in self.ms_status["conditions"] if c["type"] != "Ready"]
@@ -276,7 +293,8 @@ def test_the_create_sequence_shows_every_phase_and_smoke_tests_once(
         "Ready",
     ]
     assert measured == PROMPTS  # measured once, never again
-    assert status["endpoint"] == plane.ms_status["url"]
+    assert status["url"] == plane.ms_status["url"]
+    assert status["endpoint"] == plane.ms_status["endpoint"] == ENDPOINT
     assert condition({"status": status}, "Serving")["status"] == "True"
 
 
@@ -291,6 +309,7 @@ def test_updates_are_fresh_runs_a_failing_canary_rolls_back_and_unchanged_pods_a
         stable = create(plane, fast.url)
         assert plane.phases[-1] == "Ready"
         endpoint = plane.run_status["endpoint"]
+        assert endpoint == ENDPOINT
 
         # update 1: a change of the pods, a canary at 5% that misses a tightened budget
         plane.phases.clear()

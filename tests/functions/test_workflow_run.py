@@ -28,6 +28,8 @@ SEED = yaml.safe_load((REPO / "examples/workflowrun-llama-70b/xr.yaml").read_tex
 XRD = yaml.safe_load((REPO / "apis/workflowruns/definition.yaml").read_text())
 PHASE_SCENARIOS = render.scenario_folders(REPO / "examples/workflowrun-phases")
 UID = "6f1c2a4e-8d1b-4c55-9b7e-2f0a3c9d7e11"
+ENDPOINT = "llama-3-1-70b-instruct.default.svc.cluster.local:8000"  # the seed's form
+ADDRESS = "llama-3-1-70b-instruct.default.svc:8000"  # as kubectl's ENDPOINT column shows it
 
 
 def request(xr: dict, observed: dict[str, dict] | None = None) -> fnv1.RunFunctionRequest:
@@ -161,7 +163,9 @@ def test_seed_example_composes_a_deployment_and_a_service() -> None:
                 "weight": 1,
                 "selector": {"matchLabels": {"modelplane.ai/deployment": "llama-3.1-70b-instruct"}},
             }
-        ]
+        ],
+        # the seed's endpoint: a Service named after the run, its dots made dashes
+        "service": {"name": "llama-3-1-70b-instruct"},
     }
     assert status(rsp)["phase"] == "Validating"
     assert "endpoint" not in status(rsp)
@@ -469,8 +473,10 @@ def test_an_invalid_update_to_a_running_run_loses_nothing() -> None:
     out = render.render(scenario)
     st = out.xr["status"]
     assert (st["phase"], st["observedGeneration"]) == ("Failed", 2)
-    assert st["endpoint"] == "http://203.0.113.50/default/llama-3.1-70b-instruct"
+    assert st["url"] == "http://203.0.113.50/default/llama-3.1-70b-instruct"
+    assert st["endpoint"] == ENDPOINT
     assert [r["severity"] for r in out.results] == ["SEVERITY_WARNING"]
+    assert f"keeps serving at {ENDPOINT}" in out.results[0]["message"]
     assert "unknown gpuClass 'amd.com/mi300x'" in out.results[0]["message"]
     conds = {c["type"]: c for c in st["conditions"]}
     assert (conds["Valid"]["status"], conds["Valid"]["reason"]) == ("False", "InvalidSpec")
@@ -592,9 +598,9 @@ def test_each_phase_scenario_renders_its_phase(folder: pathlib.Path) -> None:
     assert serving["status"] == ("True" if folder.name == "Ready" else "False")
     url = "http://203.0.113.50/default/llama-3.1-70b-instruct"
     if folder.name in ("Ready", "RolledBack", "SmokeTesting", "Promoting"):
-        assert st["endpoint"] == url
+        assert (st["endpoint"], st["address"], st["url"]) == (ENDPOINT, ADDRESS, url)
     else:
-        assert "endpoint" not in st
+        assert not {"endpoint", "address", "url"} & set(st)
     # Crossplane's Ready means "serving": a stable revision behind a routed ModelService.
     ready = {c["type"]: c for c in st["conditions"]}["Ready"]
     serving_stable = folder.name in ("Ready", "RolledBack", "SmokeTesting")
@@ -626,7 +632,8 @@ def test_every_phase_of_a_passing_rollout_is_written_once(previous, want, ttl_ms
     assert st["phase"] == want
     # a first rollout (no endpoint written yet) reports one only from Promoting on
     url = "http://203.0.113.50/default/llama-3.1-70b-instruct"
-    assert st.get("endpoint") == (url if want in ("Promoting", "Ready") else None)
+    assert st.get("url") == (url if want in ("Promoting", "Ready") else None)
+    assert st.get("endpoint") == (ENDPOINT if want in ("Promoting", "Ready") else None)
     assert rsp.meta.ttl.ToMilliseconds() == ttl_ms
 
 
@@ -857,7 +864,7 @@ RUN_TABLE = [
 )
 def test_phase_rules_of_a_run(md, ms, want, endpoint) -> None:
     phase = phases.derive(md, _following(ms, md), RUN)
-    assert (phase.name, phase.endpoint) == (want, endpoint)
+    assert (phase.name, phase.url) == (want, endpoint)
 
 
 # --- lifecycle: everything is owned by the XR, in its namespace ---------------------------------

@@ -59,7 +59,7 @@ def updated(weights: bool = True, **changes) -> dict:
     xr = seed(**changes)
     xr = xr if weights else without_weights(xr)
     xr["metadata"]["generation"] = 2
-    xr["status"] = {"phase": "Ready", "endpoint": _URL, "workflowRunId": PREVIOUS_RUN}
+    xr["status"] = {"phase": "Ready", "url": _URL, "workflowRunId": PREVIOUS_RUN}
     return xr
 
 
@@ -289,7 +289,7 @@ def test_smoke_testing_written_on_the_way_carries_the_verdicts_figures() -> None
         run_id = st["workflowRunId"]
         (serving,) = [c.message for c in rsp.conditions if c.type == "Serving"]
         ttl = rsp.meta.ttl.ToMilliseconds()
-        got.append((st["phase"], serving, st.get("endpoint"), ttl))
+        got.append((st["phase"], serving, st.get("url"), ttl))
         xr = copy.deepcopy(xr)
         xr["status"] = st
     assert [g[0] for g in got] == SEQUENCE
@@ -329,7 +329,7 @@ def test_after_ready_a_restarting_replica_is_told_under_ready() -> None:
         rsp = run(xr, children)
         st = status(rsp)
         (serving,) = [c.message for c in rsp.conditions if c.type == "Serving"]
-        got.append((st["phase"], serving, st.get("endpoint")))
+        got.append((st["phase"], serving, st.get("url")))
         xr = copy.deepcopy(xr)
         xr["status"] = st
     said = (
@@ -390,7 +390,7 @@ def test_a_verdict_of_another_run_is_not_this_runs() -> None:
         other,
         _following(_ROUTED_SERVICE, other),
         "r-0123456789",
-        {"phase": "Validating", "workflowRunId": "r-0123456789", "endpoint": _URL},
+        {"phase": "Validating", "workflowRunId": "r-0123456789", "url": _URL},
     )
     assert phase.name == "Validating"
 
