@@ -12,7 +12,14 @@ The control-plane Gateway's data plane is served the same way, by the HTTPRoutes
 composed on the management cluster: a matched route's backendRefs lead, through the Services'
 EndpointSlices (the IP backends plnt composes; ExternalName is not resolved here), to the
 address the endpoint names, with the route's prefix replaced as its URLRewrite says; the backend
-is drawn by weight.
+is drawn by weight. Routes are matched as Gateway API matches them: by the Host header first (a
+route listing the host, without the client's port, beats a wildcard, which beats a route with
+no hostnames), then by the longest PathPrefix.
+
+The management cluster's service proxy is stood in for too (`Engines.service_proxy`): a Service's
+cluster IP is put on `lo` and its port forwards each connection, byte for byte, to an address of
+its EndpointSlices, as kube-proxy's rules would. That is how a ModelService's in-cluster Service
+(port 8000, an EndpointSlice holding the Gateway's address) reaches the Gateway.
 
 Which engine answers for a replica is the test's choice (`Engines.policy`): `LLAMA_SERVER`,
 llama.cpp's own `llama-server` serving the tiny GGUF the suite generates (tests/engine), so the
@@ -68,6 +75,8 @@ class Engines:
         self._lock = threading.Lock()
         self._llama = contextlib.ExitStack()
         self._llama_url: str | None = None
+        # (cluster IP, port) -> the endpoint address and port it forwards to (service_proxy)
+        self.services: dict[tuple[str, int], tuple[str, int]] = {}
 
     def start(self) -> None:
         self.thread.start()
@@ -101,6 +110,47 @@ class Engines:
 
         asyncio.run_coroutine_threadsafe(_start(), self.loop).result(10)
 
+    def service_proxy(self, cluster_ip: str, port: int, upstream: tuple[str, int]) -> bool:
+        """Forward ``cluster_ip:port`` to ``upstream`` (kube-proxy's part); True when the
+        listener is new (the caller has put the address on ``lo``)."""
+        key = (cluster_ip, port)
+        new = key not in self.services
+        self.services[key] = upstream
+        if not new:
+            return False
+
+        async def _start() -> None:
+            server = await asyncio.start_server(lambda r, w: self._tcp(r, w, key), cluster_ip, port)
+            self._servers.append(server)
+
+        asyncio.run_coroutine_threadsafe(_start(), self.loop).result(10)
+        return True
+
+    async def _tcp(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: tuple[str, int]
+    ) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.services[key])
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while chunk := await src.read(65536):
+                    dst.write(chunk)
+                    await dst.drain()
+                if dst.can_write_eof():
+                    dst.write_eof()
+            except (ConnectionError, OSError):
+                pass
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            up_writer.close()
+            writer.close()
+
     @staticmethod
     def addresses_of(slices: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[str, int]]:
         return backend_addresses(slices)
@@ -126,7 +176,11 @@ class Engines:
                     if key.strip().lower() == "content-length":
                         length = int(value.strip())
                 body = await reader.readexactly(length) if length else b""
-                route = _route(self.routes.get(api.name, []), path)
+                host = next(
+                    (h.partition(":")[2].strip() for h in headers if h.lower().startswith("host:")),
+                    "",
+                )
+                route = _route(self.routes.get(api.name, []), path, host)
                 if route is None:
                     payload = json.dumps({"error": f"no route for {path}"}).encode()
                     writer.write(
@@ -272,8 +326,37 @@ def _backend(
     return backends[(namespace, ref["name"])], rest or "/"
 
 
-def _route(routes: list[dict[str, Any]], path: str) -> tuple[str, str, str, dict[str, Any]] | None:
-    """(namespace, replica, matched prefix, route) of the longest PathPrefix match, or None."""
+def _host_rank(route: dict[str, Any], host: str) -> int:
+    """How a route's hostnames match the request's Host (its port left out), as Gateway API
+    ranks them: 2 a listed name, 1 a wildcard covering it, 0 no hostnames, -1 no match."""
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host
+    hostnames = (route.get("spec") or {}).get("hostnames") or []
+    if not hostnames:
+        return 0
+    if name in hostnames:
+        return 2
+    if any(h.startswith("*.") and name.endswith(h[1:]) for h in hostnames):
+        return 1
+    return -1
+
+
+def _route(
+    routes: list[dict[str, Any]], path: str, host: str = ""
+) -> tuple[str, str, str, dict[str, Any]] | None:
+    """(namespace, replica, matched prefix, route) of the best match: among the routes whose
+    hostnames match ``host`` best and match the path at all, the longest PathPrefix; None when
+    none matches."""
+    ranked = [(r, _host_rank(r, host)) for r in routes]
+    for rank in (2, 1, 0):
+        best = _longest([r for r, of in ranked if of == rank], path)
+        if best is not None:
+            return best
+    return None
+
+
+def _longest(
+    routes: list[dict[str, Any]], path: str
+) -> tuple[str, str, str, dict[str, Any]] | None:
     best: tuple[str, str, str, dict[str, Any]] | None = None
     for route in routes:
         meta = route["metadata"]

@@ -62,6 +62,12 @@ def leave() -> None:
     _home = None
 
 
+def add_address(address: str) -> None:
+    """Put ``address`` on `lo` (a Service's cluster IP the service proxy stand-in answers on);
+    call it from a thread inside the namespace."""
+    _ip("addr", "replace", f"{address}/32", "dev", "lo")
+
+
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
 

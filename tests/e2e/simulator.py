@@ -164,6 +164,7 @@ class Simulator:
         self.gateway_addresses: dict[tuple[str, str], str] = {}  # (api server, ns/name) -> IP
         self.installed: set[tuple[str, str]] = set()  # (api server, chart)
         self.cks_clusters: dict[tuple[str, str], str] = {}  # (ns, name) -> workload name
+        self._on_lo: set[str] = set()  # cluster IPs the service proxy stand-in put on lo
         from tests.e2e import engines
 
         self.engines = engines.Engines(self)
@@ -387,6 +388,28 @@ class Simulator:
         )
         for route in routes:
             self._http_route(api, route)
+        self._service_proxy(api)
+
+    def _service_proxy(self, api: kube.APIServer) -> None:
+        """kube-proxy's part on the management cluster: each Service with a cluster IP and a
+        ready endpoint in its EndpointSlices answers on that IP and its first port (the IP put
+        on `lo`, in the private network namespace), forwarding to the endpoint."""
+        backends = self.engines.backends.get(api.name, {})
+        for svc in api.list("v1", "Service"):
+            meta, spec = svc["metadata"], svc.get("spec") or {}
+            key = (meta.get("namespace", ""), meta["name"])
+            ip, ports = spec.get("clusterIP"), spec.get("ports") or []
+            if key == ("default", "kubernetes") or key not in backends or not ports:
+                continue
+            if not ip or ip == "None":
+                continue
+            port = ports[0]["port"]
+            if self.engines.services.get((ip, port)) == backends[key]:
+                continue
+            if ip not in self._on_lo:
+                netns.add_address(ip)
+                self._on_lo.add(ip)
+            self.engines.service_proxy(ip, port, backends[key])
 
     def _http_route(self, api: kube.APIServer, route: dict[str, Any]) -> None:
         """Accepts a route on each Gateway it names that exists (as a controller that accepts

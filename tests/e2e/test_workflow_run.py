@@ -6,13 +6,16 @@ canary is a `plnt.gate.fake_server` engine, whose latency the test chooses. No G
 kube-scheduler binds the pods and allocates their DRA claims, and kwok holds a pod with init
 containers (the weights download) unready for its staging time, so PullingWeights is seen.
 Everything else, the phases, the gate, canaries, promotion, rollback and deletion, is plnt in a
-real Crossplane.
+real Crossplane. The run's endpoint, `<service>.default.svc.cluster.local:8000`, is called from
+inside the control plane's network namespace through the Service's cluster IP (the simulator
+stands in for kube-proxy; the test, reading the Service, for the cluster's DNS).
 """
 
 from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 import yaml
 
@@ -28,6 +31,8 @@ MR = ("modelplane.ai/v1alpha1", "ModelReplica")
 ME = ("modelplane.ai/v1alpha1", "ModelEndpoint")
 MS = ("modelplane.ai/v1alpha1", "ModelService")
 SEED_PHASES = ["Validating", "PullingWeights", "Deploying", "SmokeTesting", "Promoting", "Ready"]
+SERVICE = "llama-3-1-70b-instruct"  # the run's name, its dots made dashes (a Service name)
+ENDPOINT = f"{SERVICE}.{NS}.svc.cluster.local:8000"
 
 
 def _phase(obj: dict) -> str | None:
@@ -114,9 +119,15 @@ def test_create_walks_the_seed_phases_to_ready(plane, created) -> None:
     assert status["workflowRunId"].startswith("r-")
     assert status["observedGeneration"] == wr["metadata"]["generation"]
 
+    assert status["endpoint"] == ENDPOINT
+    assert status["address"] == f"{SERVICE}.{NS}.svc:8000"
+    assert status["url"].endswith(f"/{NS}/{NAME}"), status
     header, rows = live.table(plane.kubectl("get", "workflowrun", "-n", NS))
     assert header[:5] == ["NAME", "RUNTIME", "GPU", "PHASE", "ENDPOINT"], header
-    assert rows[0][:5] == [NAME, "vllm", "nvidia.com/h100", "Ready", status["endpoint"]]
+    assert rows[0][:5] == [NAME, "vllm", "nvidia.com/h100", "Ready", f"{SERVICE}.{NS}.svc:8000"]
+    header, rows = live.table(plane.kubectl("get", "workflowrun", "-n", NS, "-o", "wide"))
+    assert header[:6] == ["NAME", "RUNTIME", "GPU", "PHASE", "ENDPOINT", "URL"], header
+    assert rows[0][5] == status["url"]
 
 
 def test_first_rollout_was_smoke_tested_once(plane, created) -> None:
@@ -134,6 +145,55 @@ def test_first_rollout_was_smoke_tested_once(plane, created) -> None:
     # every one answered by llama-server, streaming real tokens
     assert plane.simulator.engines.answered_by[engines.LLAMA_SERVER] >= measured
     assert gate["tpotMs"]["p95"] > 0 and gate["ttftMs"]["p95"] > 0, gate
+
+
+def test_a_pod_of_the_control_plane_streams_an_answer_from_the_endpoint(plane, created) -> None:
+    """`http://<status.endpoint>/v1/chat/completions`, called from inside the control plane's
+    network namespace (where this thread runs), streams tokens from the model: the Service's
+    cluster IP, its EndpointSlice (the control-plane Gateway), the route on the Service's name,
+    the replica's route on the workload cluster, llama-server."""
+    wr, _ = created
+    host, _, port = wr["status"]["endpoint"].rpartition(":")
+    service = plane.mgmt.get("v1", "Service", SERVICE, NS)
+    assert service is not None and "selector" not in service["spec"]
+    assert [p["port"] for p in service["spec"]["ports"]] == [8000]
+    # What stands in for the cluster's DNS: the A record CoreDNS serves for
+    # <service>.<namespace>.svc.cluster.local is the Service's spec.clusterIP, read here from
+    # the API server. The Host header is the name, as a client that resolved it sends it.
+    assert host == f"{SERVICE}.{NS}.svc.cluster.local"
+    cluster_ip = service["spec"]["clusterIP"]
+    assert cluster_ip.startswith("10.96.0."), cluster_ip  # the API server's service range
+    replicas = [r["metadata"]["name"] for r in _replicas(plane)]
+    before = sum(plane.simulator.engines.count(NS, r) for r in replicas)
+    answered = plane.simulator.engines.answered_by[engines.LLAMA_SERVER]
+    body = {
+        "model": "meta-llama/Llama-3.1-70B-Instruct",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 8,
+        "stream": True,
+    }
+    text, done = [], False
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST",
+            f"http://{cluster_ip}:{port}/v1/chat/completions",
+            headers={"Host": f"{host}:{port}"},
+            json=body,
+        ) as rsp,
+    ):
+        assert rsp.status_code == 200, rsp.read()
+        assert rsp.headers["content-type"].startswith("text/event-stream")
+        for line in rsp.iter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                for choice in json.loads(line.removeprefix("data: ")).get("choices") or []:
+                    text.append((choice.get("delta") or {}).get("content") or "")
+    assert done and "".join(text), text  # streamed, ended, with generated text
+    # it went through the replica's route on the workload cluster to llama-server
+    assert sum(plane.simulator.engines.count(NS, r) for r in replicas) == before + 1
+    assert plane.simulator.engines.answered_by[engines.LLAMA_SERVER] == answered + 1
 
 
 def test_update_is_a_fresh_run_with_a_canary_that_promotes(plane, created) -> None:
