@@ -27,7 +27,10 @@ one of:
   revision and run, shared by every call): the call that starts it, and every call while it
   runs, answers `state: Measuring` with a response TTL of MEASURE_TTL_S; the first call after
   it finished writes the verdict. So the smoke test spans reconciles, and the XR's status shows
-  it running (a WorkflowRun's phase SmokeTesting) before the verdict lands.
+  it running (a WorkflowRun's phase SmokeTesting) before the verdict lands. Each call renews the
+  measurement's lease; once Crossplane stops calling (the XR is deleted: it calls no function
+  for an XR being deleted) the measurement is abandoned within ``inflight.LEASE_S`` and sends
+  nothing more (docs/canary-gate.md, "Delete").
 
 Writes: the verdict (`Verdict.to_status()` plus `revision`, `run`, `endpoints`,
 `state: Measured`) into the desired `status.canary.gate`, merged into the status the previous
@@ -71,6 +74,9 @@ MEASUREMENTS = inflight.Measurements()
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     xr = xp.composite(req)
+    if (xr.get("metadata") or {}).get("deletionTimestamp"):
+        MEASUREMENTS.cancel(xr_id(xr))  # delete cancels: no prompt is sent after this
+        return xp.respond(req)
     spec = xr.get("spec")
     if not isinstance(spec, dict):  # every ModelDeployment has one (engines are required)
         raise xp.InvalidInput("spec", "the composite resource has no spec")

@@ -37,6 +37,7 @@ import json
 import os
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +63,10 @@ class Engines:
         self.policy: Callable[[str, str], Engine] = lambda namespace, replica: FAST
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
         self.answered_by: collections.Counter[Engine] = collections.Counter()  # chat completions
+        # per namespace: chat completions sent to its replicas' routes, answered or not (a
+        # replica being torn down answers 503), and when the last one came
+        self.attempts: collections.Counter[str] = collections.Counter()
+        self.last_attempt: dict[str, float] = {}
         self._servers: list[asyncio.AbstractServer] = []
         # per API server: its HTTPRoutes as last listed (the simulator refreshes them twice a
         # second), so no request waits on the API server
@@ -196,6 +201,10 @@ class Engines:
                     await _forward(host, port, method, rest, version, headers, body, writer)
                     continue
                 namespace, replica, prefix, _ = route
+                rest = "/" + path[len(prefix) :].lstrip("/")
+                if rest.startswith("/v1/chat/completions"):
+                    self.attempts[namespace] += 1
+                    self.last_attempt[namespace] = time.monotonic()
                 if (namespace, labels.value(replica)) not in self.ready.get(api.name, set()):
                     payload = b"no healthy upstream"
                     writer.write(
@@ -205,7 +214,6 @@ class Engines:
                     )
                     await writer.drain()
                     continue
-                rest = "/" + path[len(prefix) :].lstrip("/")
                 engine = self.policy(namespace, replica)
                 if rest.startswith("/v1/chat/completions"):
                     self.requests[(namespace, replica)] += 1

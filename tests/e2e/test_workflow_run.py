@@ -14,11 +14,13 @@ stands in for kube-proxy; the test, reading the Service, for the cluster's DNS).
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
 import yaml
 
+from plnt.gate.fake_server import Behaviour
 from tests.e2e import engines, fleet, live
 from tests.e2e.stack import REPO
 
@@ -31,6 +33,9 @@ MR = ("modelplane.ai/v1alpha1", "ModelReplica")
 ME = ("modelplane.ai/v1alpha1", "ModelEndpoint")
 MS = ("modelplane.ai/v1alpha1", "ModelService")
 SEED_PHASES = ["Validating", "PullingWeights", "Deploying", "SmokeTesting", "Promoting", "Ready"]
+DELETE_BOUND_S = 10.0  # docs/workflow-run.md, "Delete"
+PROMPT_S = 8.0  # a prompt to PROMPT_S_ENGINE: 16 tokens 500 ms apart; 4 at a time, 10 in 3 rounds
+PROMPT_S_ENGINE = Behaviour(ttft_ms=20, tpot_ms=500, tokens=16)
 SERVICE = "llama-3-1-70b-instruct"  # the run's name, its dots made dashes (a Service name)
 ENDPOINT = f"{SERVICE}.{NS}.svc.cluster.local:8000"
 
@@ -328,9 +333,37 @@ def test_slow_canary_rolls_back_and_the_stable_revision_keeps_all_traffic(plane,
     assert wr["status"].get("endpoint"), "the stable revision still serves at the endpoint"
 
 
-def test_delete_leaves_nothing_behind(plane, created) -> None:
+def test_delete_cancels_the_smoke_test_and_leaves_nothing_behind(plane, created) -> None:
+    """A smoke test in flight when the WorkflowRun is deleted stops within the documented bound
+    (docs/workflow-run.md, "Delete"): no prompt reaches the replicas' routes after it, though
+    the test would have gone on for two more rounds."""
     workload = plane.workloads[fleet.CLUSTER]
+    sent = plane.simulator.engines
+    sent.policy = lambda ns, replica: PROMPT_S_ENGINE
+    before = sent.attempts[NS]
+    # a re-test in place (only a budget changes): the serving replicas are measured at once
+    plane.kubectl(
+        "patch",
+        "workflowrun",
+        NAME,
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"canary": {"smokeTest": {"tpotBudgetMs": 600}}}}),
+    )
+    live.wait_for(lambda: sent.attempts[NS] > before or None, 120, "the smoke test's prompts")
+    first = sent.last_attempt[NS]
+    deleted = time.monotonic()
     plane.kubectl("delete", "workflowrun", NAME, "-n", NS, "--wait=false")
+    # past the bound, and past the start of the third round a test that went on would send
+    time.sleep(max(first + 2 * PROMPT_S + 3, deleted + DELETE_BOUND_S + 2) - time.monotonic())
+    last = sent.last_attempt[NS]
+    assert last - deleted <= DELETE_BOUND_S, (
+        f"a prompt {last - deleted:.1f} s after the delete; {sent.attempts[NS] - before} sent"
+    )
+    assert sent.attempts[NS] - before < 10  # it never finished: its 10 prompts take 3 rounds
+    sent.policy = _real_engine
 
     def gone() -> bool:
         left = [
