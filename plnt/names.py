@@ -35,7 +35,7 @@ def service_name(name: str) -> str:
     itself where it is a DNS-1035 label (what a Service name must be), else derived from it
     deterministically: each ``.`` becomes ``-``, ``m-`` goes before a name that does not start
     with a letter, and a name over 63 characters keeps its first 54 and 8 hex of sha256(name)."""
-    if len(name) <= 63 and _DNS_1035.match(name):
+    if is_service_name(name):
         return name
     label = _INVALID.sub("-", name.lower().replace(".", "-")).strip("-")
     if not label[:1].isalpha():

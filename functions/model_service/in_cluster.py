@@ -26,6 +26,8 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
 from functions.model_service import backends
 from plnt import conditions, routes, xp
 
@@ -59,7 +61,7 @@ def endpoint_of(service: str, namespace: str) -> str:
 
 
 def require(
-    req: Any, rsp: Any, service: str, namespace: str
+    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, service: str, namespace: str
 ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
     """The Service and EndpointSlice of the name, whoever made them (None until read)."""
     found = xp.require(
@@ -103,17 +105,13 @@ def holder(
 
 
 def gateway_ip(gateways: list[dict[str, Any]] | None) -> str | None:
-    for gw in gateways or []:
-        addresses = xp.status_of(gw).get("addresses")
-        for address in addresses if isinstance(addresses, list) else []:
-            value = address.get("value") if isinstance(address, dict) else None
-            if isinstance(value, str) and value:
-                try:
-                    ipaddress.ip_address(value)
-                except ValueError:
-                    return None
-                return value
-    return None
+    """The Gateway's first status address, if it is an IP address."""
+    address = _first_address(gateways)
+    try:
+        ipaddress.ip_address(address or "")
+    except ValueError:
+        return None
+    return address
 
 
 def listener_port(gateways: list[dict[str, Any]] | None) -> int:
