@@ -37,7 +37,11 @@ until every pod's weights init container has finished; then reason ``Starting`` 
 engine loads (an engine that stages nothing is ``Starting`` once its pods are on nodes).
 Reason ``Waiting`` is left for an engine that has no pods yet or waits for its ModelCache: so
 the WorkflowRun above tells the weights' staging (PullingWeights) from the engines' start
-(Deploying).
+(Deploying). The pods' Objects are required resources, and a change to one does not call the
+function (a composed resource's does), so while any engine's pods are watched it asks to be
+called again within ``PODS_TTL_S`` rather than the SDK's 60 s: a pod that turns unschedulable
+(its node gone, say) is reported within seconds, and its deployment's failover clock starts
+then (docs/scheduler.md, "Capacity follows the nodes").
 """
 
 from __future__ import annotations
@@ -170,6 +174,8 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     ]
     for key, manifest in serving.surface(replica).items():
         compose(rsp, replica, observed, f"serving-{key}", manifest)
+    if any(pods.resource_name(e) in rsp.desired.resources for e in spec.engines):
+        rsp.meta.ttl.FromMilliseconds(int(PODS_TTL_S * 1000))  # the pods' Objects, read again
 
     # --- status -------------------------------------------------------------------------------
     xp.set_status(
@@ -186,6 +192,10 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         if p.unschedulable and p.wait:
             xp.warning(rsp, p.wait)  # Crossplane makes a Warning result an event on the XR
     return rsp
+
+
+# How soon the function asks to be called again while it watches an engine's pods
+PODS_TTL_S = 10.0
 
 
 @dataclass(frozen=True)

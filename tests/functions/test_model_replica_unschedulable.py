@@ -89,6 +89,14 @@ def test_an_unschedulable_pod_says_the_schedulers_message(message: str) -> None:
     # the pods of an engine without a weights init container are watched too
     assert composed(rsp)["pods-qwen3-8b"]["kind"] == "ObservedObjectCollection"
     assert rsp.desired.resources["workload-qwen3-8b"].ready == fnv1.READY_FALSE
+    # and read again within seconds: a change to their Objects does not call the function
+    assert rsp.meta.ttl.ToMilliseconds() == 10_000
+
+
+def test_a_replica_whose_pods_are_not_watched_keeps_the_default_ttl() -> None:
+    rsp = starting(READY.xr, status={"replicas": 1, "availableReplicas": 1})
+    assert "pods-qwen3-8b" not in composed(rsp)
+    assert rsp.meta.ttl.ToMilliseconds() == 60_000
 
 
 def test_the_first_unschedulable_pod_by_name_is_named() -> None:
