@@ -250,7 +250,7 @@ def test_invalid_spec_is_fatal(patch: dict, expect: str) -> None:
 def test_fleet_examples_are_not_scenarios() -> None:
     assert not (EXAMPLES / "fleet" / "xr.yaml").exists()
     kinds = sorted({o["kind"] for o in FLEET})
-    assert kinds == ["InferenceClass", "InferenceCluster", "ModelReplica"]
+    assert kinds == ["Gateway", "InferenceClass", "InferenceCluster", "ModelReplica"]
     for name in ("deploy-qwen3-8b", "deploy-gang", "deploy-pd", "deploy-shortfall"):
         required = scenario(name).required
         assert {o["metadata"]["name"] for o in required} == {o["metadata"]["name"] for o in FLEET}
