@@ -36,7 +36,6 @@ Design choices:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -170,7 +169,6 @@ def _refuse(
     status = _status(identity, failed, observed.get(SERVICE), {})
     if kept is not None and kept.url:
         message += f"; the previous spec keeps serving at {status.get('endpoint') or kept.url}"
-        failed = dataclasses.replace(failed, message=message)
     xp.set_status(rsp, status)
     xp.set_conditions(
         rsp,
