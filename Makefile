@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: setup preview test check lint bench fuzz dev package clean vendor
+.PHONY: setup preview test check lint bench fuzz dev package clean vendor goldens
 
 setup:
 	@hack/setup.sh
@@ -32,6 +32,10 @@ check: setup
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 	.venv/bin/pytest -n 2 --dist loadgroup -q $(addprefix --ignore=,$(LIVE_TESTS))
+
+## Rewrite the golden renders (tests/golden/: `plnt render --tree -r` of every example).
+goldens: setup
+	.venv/bin/python -m tests.goldens
 
 ## Lint alone: the same checks `make test` runs first.
 lint: setup
