@@ -483,8 +483,9 @@ def layer_sizes(layout: Layout, tag: str, names: Sequence[str]) -> list[tuple[st
 
 def configuration_ignores(root: pathlib.Path = ROOT) -> list[str]:
     """Every YAML file under the root that is not part of the Configuration package, relative to
-    it, as `crank xpkg build --ignore` takes them. crank parses every YAML file it walks (it does
-    not follow symlinks), and its ignore patterns cannot name a directory, so this lists files:
+    it, as `crank xpkg build --ignore` takes them. crank parses every YAML file it walks (a
+    symlinked file too, though it does not enter symlinked folders), and its ignore patterns
+    cannot name a directory, so this lists files:
     the reconciler's manifests, the tests' fixtures, docs, and anything in .venv/ or build/."""
     keep = ("apis/", "compositions/", "examples/")
     out = []
@@ -492,7 +493,7 @@ def configuration_ignores(root: pathlib.Path = ROOT) -> list[str]:
         dirs.sort()
         for file in sorted(files):
             path = pathlib.Path(folder, file)
-            if path.suffix not in (".yaml", ".yml") or path.is_symlink():
+            if path.suffix not in (".yaml", ".yml"):
                 continue
             rel = path.relative_to(root).as_posix()
             if rel == "crossplane.yaml" or rel.startswith(keep):
