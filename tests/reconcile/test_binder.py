@@ -65,23 +65,25 @@ def fleet_crds(kube_apiserver):
         )
         assert r.status_code in (201, 409), r.text
         kube_apiserver.wait_established(f"{plural}.modelplane.ai")
-    kube_apiserver.create(
-        {
-            "apiVersion": GV,
-            "kind": "InferenceClass",
-            "metadata": {"name": "h100-8x"},
-            "spec": {
-                "devices": [
-                    {
-                        "name": "gpu",
-                        "driver": "gpu.nvidia.com",
-                        "count": 8,
-                        "deviceClassName": "gpu.nvidia.com",
-                    }
-                ]
-            },
-        }
-    )
+    # Other modules reuse this fixture against the same session's API server: the class may
+    # already be there, exactly as this creates it.
+    klass = {
+        "apiVersion": GV,
+        "kind": "InferenceClass",
+        "metadata": {"name": "h100-8x"},
+        "spec": {
+            "devices": [
+                {
+                    "name": "gpu",
+                    "driver": "gpu.nvidia.com",
+                    "count": 8,
+                    "deviceClassName": "gpu.nvidia.com",
+                }
+            ]
+        },
+    }
+    r = kube_apiserver.admin.post(kube_apiserver.path_for(klass), json=klass)
+    assert r.status_code in (201, 409), r.text
 
 
 @pytest.fixture
