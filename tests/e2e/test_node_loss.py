@@ -118,10 +118,11 @@ def two_clusters(plane: ControlPlane) -> Iterator[None]:
     try:
         yield
     finally:
-        if plane.workloads[OTHER].get("v1", "Node", NODE) is None:
-            _node(plane)  # the fleet as it was, for the files that follow
+        # the fleet as the files that follow expect it: lab-h100 alone
         plane.kubectl("delete", "namespace", NS, "--wait=false", check=False)
         live.wait_for(lambda: not plane.mgmt.list(*MR, namespace=NS), 300, "replicas deleted")
+        plane.kubectl("delete", "inferencecluster", OTHER, "--wait=false", check=False)
+        fleet.wait_in_view(plane, OTHER, ready=False)
 
 
 class Timeline:
