@@ -1,16 +1,18 @@
 """ModelDeployment: place replicas on the fleet, compose a ModelReplica and a ModelEndpoint each.
 
 Reads: the XR (spec; `status.revisions` and `status.canary.gate` as observed), the composed
-ModelReplicas it made before (their pins), and as required resources every InferenceCluster,
-every InferenceClass and every ModelReplica on the fleet. The ModelReplica requirement has an
-empty label selector and no namespace, which Crossplane answers with the ModelReplicas of all
-namespaces, so the scheduler counts capacity used by every deployment. The fleet is read
-through `reading` (only the fields the scheduler uses), which keeps a 1,000-cluster request
-well under the 0.5 s budget. With the binder's fleet view, the view replaces those two
-requirements, and the InferenceClusters a fence matters for are required by name: those of its
-replicas not bound yet and those it is about to place new ones on (a placement on a cluster not
-read yet waits for the next call), so the fence is the object's, as the binder reads it, not a
-view's that may predate it.
+ModelReplicas it made before (their pins), every InferenceClass, the deployment's Namespace
+(its labels, for fences) and the quota ledgers, and the fleet (`reading.snapshot`): the
+binder's fleet view (the parts the clusterSelector's matchLabels select: per cluster its pools
+and what the ledgers commit on them), plus by name the InferenceClusters of its replicas the
+selected parts leave out and those a fence matters for (those of its replicas not bound yet
+and those it is about to place new ones on: a placement on a cluster not read yet waits for the
+next call), so a fence is the object's, as the binder reads it, not a view's that may predate
+it. Until the binder has written a view, or when a part
+of it does not read, the whole fleet is required instead: every InferenceCluster and every
+ModelReplica of all namespaces (an empty label selector and no namespace), so capacity used by
+every deployment is counted. Everything is read through `reading` (only the fields the
+scheduler uses), which keeps a 1,000-cluster request well under the 0.5 s budget.
 
 Composes: per placed replica a ModelReplica named `<md>-<revision[:6]>-<index>` (stable across
 reconciles: pins are read back from the observed ModelReplicas), labelled with the

@@ -10,14 +10,18 @@ Matching. A device request matches an InferenceClass device when ``device.count`
 request's count and every CEL selector is true on the device. Selectors are evaluated once per
 distinct (expression, class, device) and the answer reused; a whole engine's fit on a class is
 computed once per class. Everything that grows with the fleet afterwards is integer
-bookkeeping over free nodes per (cluster, pool).
+bookkeeping over the nodes of each (cluster, pool) (`plnt.capacity.Pool`).
 
-Cost, in nodes: one pod (one node) per copy of a Standalone or Leader member, ``worker.nodes``
-per copy of a Worker member; a member without a nodeSelector costs nothing and lands on its
-engine's pool. Free nodes of a pool = its ``status.pools[].nodeCapacity`` minus the cost of
-every placed replica on it (until the cluster reports pools, the spec's maxNodeCount, else
-nodeCount, which is what it will report). A replica is placed only where every engine fits
-in full: never overcommitted.
+Cost, in devices and nodes: a member's pods are one per copy of a Standalone or Leader member,
+``worker.nodes`` per copy of a Worker member. Each pod asks one node of the pool's class for
+the devices of its requests (and, when the class declares ``nodeResources``, its CPU and
+memory); a gang pod (Leader or Worker) takes a whole node. A member without a nodeSelector
+costs nothing and lands on its engine's pool. A pool offers its ``status.pools[].nodeCapacity``
+nodes (until the cluster reports pools, the spec's maxNodeCount, else nodeCount, which is what
+it will report; fewer while fewer are Ready, `plnt.pool_nodes`), less what every placed
+replica takes on them: the slots the binder committed for a bound one, its demand packed where
+it fits for one not bound yet. A replica is placed only where every engine's pods pack in full:
+never overcommitted.
 
 Pins. A replica already placed stays on its cluster and pools while the cluster exists, Ready
 or not (the function drops only its endpoint); a replica whose cluster is gone is released and
@@ -105,11 +109,6 @@ class Engine:
     @property
     def selective(self) -> bool:
         return any(m.requests is not None for m in self.members)
-
-    @property
-    def cost(self) -> int:
-        """Nodes in the old accounting (one per pod): the bench reports it beside devices."""
-        return sum(m.pods * self.copies for m in self.members if m.requests is not None)
 
 
 @dataclasses.dataclass(frozen=True)
