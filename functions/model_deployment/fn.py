@@ -281,22 +281,23 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     schedules: dict[str, scheduler.Schedule] = {}
     for rev in sorted(plan.targets, key=lambda r: r == plan.current):  # current last
         schedules[rev] = scheduler.schedule(
-            engines,
-            replicas=plan.targets[rev],
-            cluster_selector=spec.cluster_selector.matches,
-            clusters=snapshot.clusters,
-            classes=classes,
-            fleet=fleet,
-            own=[r for r in own_placed if r.revision == rev],
-            place_new=plan.placed_anew(rev) and not refused,
-            siblings=[r for other in schedules.values() for r in other.kept],
-            used=snapshot.used,
-            counted=counted,
-            fleet_size=snapshot.size,
-            namespace=namespace,
-            namespace_labels=tenant.labels,
-            serving=serving,
-            failed=failed,
+            scheduler.Ask(
+                engines,
+                plan.targets[rev],
+                spec.cluster_selector.matches,
+                place_new=plan.placed_anew(rev) and not refused,
+            ),
+            scheduler.FleetState(
+                snapshot.clusters, classes, fleet, snapshot.used, counted, snapshot.size
+            ),
+            scheduler.Owner(
+                own=[r for r in own_placed if r.revision == rev],
+                siblings=[r for other in schedules.values() for r in other.kept],
+                namespace=namespace,
+                labels=tenant.labels,
+                serving=serving,
+                failed=failed,
+            ),
         )
         if refused and plan.placed_anew(rev):
             schedules[rev] = template_refused(schedules[rev], refused)

@@ -30,7 +30,8 @@ cluster's fence no longer admits the namespace. When there are more pins than wa
 on clusters that are not Ready are released first, then the highest-numbered.
 
 Order (deterministic for the same inputs):
-1. Candidate clusters match ``clusterSelector`` and are Ready.
+1. Candidate clusters match ``clusterSelector``, are Ready and open (a ledger that does not read
+   closes its cluster), and their fence admits the namespace.
 2. Each new replica goes to the candidate cluster with, in this order: the fewest replicas of
    this deployment already on it, of any revision that stays (spread before doubling up); the
    fewest devices wasted by the replica there; the name.
@@ -393,6 +394,22 @@ class _Choice:
     pools: list[tuple[Pool, EngineFit | None]]  # per engine
 
 
+def _choice(
+    cluster: Cluster, waste: int, chosen: list[tuple[Pool, EngineFit] | None]
+) -> _Choice | None:
+    """The choice of a complete assignment: an engine with no nodeSelector goes to the pool of
+    the first engine that has one, else to the cluster's first pool by name (None: it has no
+    pools)."""
+    static = sum(c[1].waste for c in chosen if c is not None)
+    default = next((c[0] for c in chosen if c is not None), None)
+    if default is None:
+        pools = sorted(cluster.pools, key=lambda p: p.name)
+        if not pools:
+            return None
+        default = pools[0]
+    return _Choice(waste, static, [c if c is not None else (default, None) for c in chosen])
+
+
 class _Accounts:
     """Per (cluster, pool) its `capacity.Pool`, made when first read: a fleet-wide deployment
     on 80,000 pools only ever reads the pools of the classes its engines fit."""
@@ -491,21 +508,9 @@ class Scheduler:
             if not engine.selective:
                 options.append(None)
                 continue
-            fits = []
-            for pool in cluster.pools:
-                fit = self.matcher.fit(i, engine, pool.class_name)
-                if isinstance(fit, str):
-                    continue
-                account = self.pools[(cluster.name, pool.name)]
-                slots = account.pack(fit.pods)
-                if slots is None:
-                    continue
-                waste = account.waste(slots)
-                account.release(slots)
-                fits.append((waste, pool, fit))
+            fits = self.pools_that_fit(cluster, i, engine)
             if not fits:
                 return None
-            fits.sort(key=lambda wpf: (wpf[0], wpf[2].waste, wpf[1].name))
             options.append(fits)
         selective = [o for o in options if o is not None]
         found: tuple[int, list[tuple[Pool, EngineFit] | None]] | None
@@ -514,17 +519,28 @@ class Scheduler:
             found = (waste, [(pool, fit) if o is not None else None for o in options])
         else:
             found = self._search(cluster.name, options, [], [SEARCH_BUDGET])
-        if found is None:
-            return None
-        waste, chosen = found
-        static = sum(c[1].waste for c in chosen if c is not None)
-        default = next((c[0] for c in chosen if c is not None), None)
-        if default is None:
-            pools = sorted(cluster.pools, key=lambda p: p.name)
-            if not pools:
-                return None
-            default = pools[0]
-        return _Choice(waste, static, [c if c is not None else (default, None) for c in chosen])
+        return None if found is None else _choice(cluster, *found)
+
+    def pools_that_fit(
+        self, cluster: Cluster, index: int, engine: Engine
+    ) -> list[tuple[int, Pool, EngineFit]]:
+        """The pools of `cluster` whose class fits engine `index` and that hold its pods now,
+        each with the devices the engine would waste there, best first: (waste, the class's
+        whole-node waste, name)."""
+        fits = []
+        for pool in cluster.pools:
+            fit = self.matcher.fit(index, engine, pool.class_name)
+            if isinstance(fit, str):
+                continue
+            account = self.pools[(cluster.name, pool.name)]
+            slots = account.pack(fit.pods)
+            if slots is None:
+                continue
+            waste = account.waste(slots)
+            account.release(slots)
+            fits.append((waste, pool, fit))
+        fits.sort(key=lambda wpf: (wpf[0], wpf[2].waste, wpf[1].name))
+        return fits
 
     def _search(
         self,
@@ -708,144 +724,217 @@ def replica_index(name: str) -> int:
     return int(found.group(1)) if found else 1 << 30
 
 
-def schedule(
-    engines: Sequence[Engine],
-    *,
-    replicas: int,
-    cluster_selector: Callable[[Mapping[str, str]], bool],
-    clusters: Sequence[Cluster],
-    classes: Sequence[Mapping[str, Any]],
-    fleet: Sequence[PlacedReplica],
-    own: Sequence[PlacedReplica],
-    evaluate: Evaluate | None = None,
-    compile_check: Compile | None = None,
-    place_new: bool = True,
-    siblings: Sequence[PlacedReplica] = (),
-    used: Mapping[tuple[str, str], Sequence[capacity.NodeUse]] | None = None,
-    counted: frozenset[tuple[str, str]] = frozenset(),
-    fleet_size: int | None = None,
-    namespace: str = "",
-    namespace_labels: Mapping[str, str] | None = None,
-    serving: frozenset[str] = frozenset(),
-    failed: frozenset[str] = frozenset(),
-) -> Schedule:
-    """Keeps `own` pins that still have a cluster and places new replicas up to `replicas`.
+@dataclasses.dataclass(frozen=True)
+class Ask:
+    """What one revision of a deployment asks of the fleet: `replicas` copies of `engines` on
+    clusters whose labels `cluster_selector` accepts. `place_new` False only keeps pins (a
+    revision whose engines are no longer in the spec, or whose templates are refused)."""
 
-    `fleet` is every replica on the fleet (any deployment, any namespace); `own` are this
-    deployment's replicas of the revision being scheduled (a subset of `fleet` or not).
-    `place_new=False` only keeps pins (a revision whose engines are no longer in the spec).
-    `siblings` are the deployment's replicas of other revisions that stay (the stable ones
-    beside a canary): they count for spreading; their capacity is already in `fleet`.
-    `used` is what the fleet view says is committed per (cluster, pool); `counted` the
-    (namespace, name) of `own` replicas it already counts: those kept are not charged again, those
-    let go are given back, so the snapshot is the one `fleet` alone would give. `fleet_size`: the
-    clusters on the whole fleet when `clusters` is narrowed to those the selector can match.
-    `namespace_labels`: the labels of the deployment's `namespace`; a cluster whose fence
-    (spec.namespaceSelector) does not admit them takes nothing new and is named in the shortfall,
-    and loses the `own` replicas the binder has not bound (None: no fence is checked).
-    `serving`: the names of `own` replicas that serve (Ready and routed); `failed`: those past
-    their failover grace period, replaced and held until the replacements serve (`keep_pins`).
-    `evaluate`/`compile_check` default to `plnt.cel.evaluate`/`plnt.cel.compile`.
-    """
-    if evaluate is None or compile_check is None:
+    engines: Sequence[Engine]
+    replicas: int
+    cluster_selector: Callable[[Mapping[str, str]], bool]
+    place_new: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetState:
+    """The fleet one decision sees. `replicas` is every replica on it (any deployment, any
+    namespace); `used` what the fleet view says is committed per (cluster, pool), and `counted`
+    the (namespace, name) of the deployment's own replicas the view already counts (those kept
+    are not charged again, those let go are given back, so the snapshot is the one `replicas`
+    alone would give). `size`: the clusters on the whole fleet when `clusters` is narrowed to
+    those the selector can match."""
+
+    clusters: Sequence[Cluster]
+    classes: Sequence[Mapping[str, Any]]
+    replicas: Sequence[PlacedReplica] = ()
+    used: Mapping[tuple[str, str], Sequence[capacity.NodeUse]] | None = None
+    counted: frozenset[tuple[str, str]] = frozenset()
+    size: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """The deployment's side of a decision. `own`: its replicas of the revision scheduled (a
+    subset of the fleet's or not); `siblings`: its replicas of other revisions that stay (the
+    stable ones beside a canary), which count for spreading, their capacity already in the
+    fleet's. `labels`: those of its `namespace`; a cluster whose fence (spec.namespaceSelector)
+    does not admit them takes nothing new and is named in the shortfall, and loses the `own`
+    replicas the binder has not bound (None: no fence is checked). `serving`: the names of
+    `own` replicas that serve (Ready and routed); `failed`: those past their failover grace
+    period, replaced and held until the replacements serve (`keep_pins`)."""
+
+    own: Sequence[PlacedReplica] = ()
+    siblings: Sequence[PlacedReplica] = ()
+    namespace: str = ""
+    labels: Mapping[str, str] | None = None
+    serving: frozenset[str] = frozenset()
+    failed: frozenset[str] = frozenset()
+
+    def admits(self, cluster: Cluster) -> bool:
+        return self.labels is None or tenancy.admits(cluster.fence, self.labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cel:
+    """How selectors are evaluated and compiled (`plnt.cel` unless a test stubs it)."""
+
+    evaluate: Evaluate
+    compile: Compile
+
+    @staticmethod
+    def default() -> Cel:
         from plnt import cel
 
-        evaluate = evaluate or cel.evaluate
-        compile_check = compile_check or cel.compile
-    fleet_clusters = list(clusters)
-    size = len(fleet_clusters) if fleet_size is None else max(fleet_size, len(fleet_clusters))
-    by_name = {c.name: c for c in fleet_clusters}
-    sched = Scheduler(
-        engines, fleet_clusters, {c["metadata"]["name"]: c for c in classes}, evaluate, used
+        return Cel(cel.evaluate, cel.compile)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pins:
+    """Phase 1's answer: the `own` replicas that stay, those let go and those held (kept until
+    their replacements serve), and what the message says of those let go."""
+
+    kept: list[PlacedReplica]
+    released: list[PlacedReplica]
+    held: list[PlacedReplica]
+    said: str
+
+    @property
+    def counting(self) -> int:
+        """The kept replicas that count toward the wanted number (not the held ones)."""
+        return len(self.kept) - len(self.held)
+
+
+def schedule(ask: Ask, fleet: FleetState, owner: Owner, cel: Cel | None = None) -> Schedule:
+    """Keeps `owner.own` pins that still have a cluster and places new replicas up to
+    `ask.replicas`, in phases, each a function below:
+
+    1. pins (`pins`): which own replicas stay, which go, which are held;
+    2. account (`account`): charge what the fleet already holds, committed replicas first;
+    3. admit (`admitted`): the clusters that match the selector, are Ready and open, and whose
+       fence admits the namespace;
+    4. fit and score (`Scheduler.choose`): per admitted cluster, the pools each engine fits and
+       the devices one more replica would waste there;
+    5. assign (`Scheduler.place`): each new replica to the best-scored cluster, charging it
+       there before the next;
+    6. verdict: Scheduled, or why fewer than wanted are kept and placed (`shortfall`).
+    """
+    cel = cel or Cel.default()
+    by_name = {c.name: c for c in fleet.clusters}
+    classes = {c["metadata"]["name"]: c for c in fleet.classes}
+    sched = Scheduler(ask.engines, fleet.clusters, classes, cel.evaluate, fleet.used)
+    kept = pins(ask, by_name, owner)
+    account(sched, fleet, owner, kept)
+    if ask.place_new and (invalid := _invalid_selectors(ask.engines, cel.compile)):
+        msg = f"{summary(kept.counting, ask.replicas)}{kept.said}; {invalid}"
+        return _schedule(ask, kept, [], INVALID_NODE_SELECTOR, msg)
+    matching = sorted(
+        (c for c in fleet.clusters if ask.cluster_selector(c.labels)), key=lambda c: c.name
     )
+    needed = ask.replicas - kept.counting if ask.place_new else 0
+    placed: list[Placement] = []
+    if needed > 0:
+        placed = sched.place(needed, admitted(matching, owner), [*kept.kept, *owner.siblings])
+    total = kept.counting + len(placed)
+    head = summary(total, ask.replicas) + kept.said + _holding(kept)
+    if total >= ask.replicas or not ask.place_new:
+        return _schedule(ask, kept, placed, SCHEDULED, head)
+    reason, why = shortfall(ask, fleet, owner, sched, matching)
+    return _schedule(ask, kept, placed, reason, f"{head}; {why}")
 
-    def admitted(c: Cluster) -> bool:
-        return namespace_labels is None or tenancy.admits(c.fence, namespace_labels)
 
-    own_keys = {(r.namespace, r.name) for r in own}
+def pins(ask: Ask, clusters: Mapping[str, Cluster], owner: Owner) -> Pins:
+    """Phase 1: `keep_pins` over the own replicas, and why each one let go went."""
     kept, released, held = keep_pins(
-        own, by_name, replicas, admitted, serving=serving, failed=failed
+        owner.own,
+        clusters,
+        ask.replicas,
+        owner.admits,
+        serving=owner.serving,
+        failed=owner.failed,
     )
-    gone = "".join(
-        f"; {r.name} released ({why})"
-        for r in released
-        if (why := _let_go(r, by_name, admitted, failed))
+    said = "".join(
+        f"; {r.name} released ({why})" for r in released if (why := _let_go(r, clusters, owner))
     )
-    # Committed replicas first (their slots are exact), then proposals in a fixed order.
-    holding = [r for r in fleet if (r.namespace, r.name) not in own_keys]
-    holding += [r for r in kept if (r.namespace, r.name) not in counted]
-    for r in released:
-        if (r.namespace, r.name) in counted:
+    return Pins(kept, released, held, said)
+
+
+def account(sched: Scheduler, fleet: FleetState, owner: Owner, kept: Pins) -> None:
+    """Phase 2: charges what the fleet holds. The view's own replicas that are let go are given
+    back; then committed replicas (their slots are exact), then proposals in a fixed order. A
+    refusal means the binder's ledger is fuller than this snapshot: for this decision the
+    refused replica's demand is counted where it was, so its replacement looks elsewhere."""
+    own_keys = {(r.namespace, r.name) for r in owner.own}
+    holding = [r for r in fleet.replicas if (r.namespace, r.name) not in own_keys]
+    holding += [r for r in kept.kept if (r.namespace, r.name) not in fleet.counted]
+    for r in kept.released:
+        if (r.namespace, r.name) in fleet.counted:
             sched.release_bound(r)
     for r in sorted(holding, key=lambda r: (r.slots is None, r.namespace, r.name)):
         sched.charge(r)
-    # A refusal means the binder's ledger is fuller than this snapshot: for this decision the
-    # refused replica's demand is counted where it was, so its replacement looks elsewhere.
-    for r in released:
+    for r in kept.released:
         if r.state == binding.REFUSED_STATE:
             sched.charge_proposed(r)
-    counting = len(kept) - len(held)
-    needed = replicas - counting if place_new else 0
 
-    invalid = _invalid_selectors(engines, compile_check) if place_new else ""
-    if invalid:
-        msg = f"{summary(counting, replicas)}{gone}; {invalid}"
-        return Schedule(kept, released, [], replicas, INVALID_NODE_SELECTOR, msg, held)
 
-    matching = sorted(
-        (c for c in fleet_clusters if cluster_selector(c.labels)), key=lambda c: c.name
-    )
+def admitted(matching: Sequence[Cluster], owner: Owner) -> list[Cluster]:
+    """Phase 3: the matching clusters a new replica may go to."""
+    return [c for c in matching if c.ready and not c.closed and owner.admits(c)]
 
-    ready = [c for c in matching if c.ready and not c.closed and admitted(c)]
-    placed = sched.place(needed, ready, [*kept, *siblings]) if needed > 0 else []
 
-    total = counting + len(placed)
-    head = summary(total, replicas) + gone
-    if held:
-        head += "; held until replacements serve: " + ", ".join(
-            f"{r.name} on {r.cluster}" for r in held
-        )
-    if total >= replicas or not place_new:
-        return Schedule(kept, released, placed, replicas, SCHEDULED, head, held)
+def shortfall(
+    ask: Ask, fleet: FleetState, owner: Owner, sched: Scheduler, matching: Sequence[Cluster]
+) -> tuple[str, str]:
+    """Phase 6, when fewer replicas than wanted are kept or placed: the reason and why, most
+    specific first: no cluster matches, a selector errs on every device, or per matching
+    cluster what does not fit there."""
+    size = len(fleet.clusters) if fleet.size is None else max(fleet.size, len(fleet.clusters))
     if not matching:
-        msg = f"{head}; no InferenceCluster matches clusterSelector"
-        msg += f" ({size} on the fleet)"
-        return Schedule(kept, released, placed, replicas, NO_MATCHING_CLUSTERS, msg, held)
+        return (
+            NO_MATCHING_CLUSTERS,
+            f"no InferenceCluster matches clusterSelector ({size} on the fleet)",
+        )
+    # Every cluster's shortfall first: it tries each selector on every pool, which is what
+    # tells a selector that errs everywhere from one that only matches nothing here.
     rejected = [
         f"cluster {c.name}: {sched.why_not(c)}"
-        if admitted(c)
-        else tenancy.fence_message(c.name, namespace)
+        if owner.admits(c)
+        else tenancy.fence_message(c.name, owner.namespace)
         for c in matching
     ]
-    erring = _erring_selectors(engines, sched.matcher)
+    erring = _erring_selectors(ask.engines, sched.matcher)
     if erring:
-        msg = f"{head}; {erring}"
-        return Schedule(kept, released, placed, replicas, INVALID_NODE_SELECTOR, msg, held)
-    unmatched = size - len(matching)
+        return INVALID_NODE_SELECTOR, erring
     listed = rejected[:MAX_LISTED_CLUSTERS]
     if len(rejected) > len(listed):
         listed.append(f"and {len(rejected) - len(listed)} more clusters")
-    if unmatched:
+    if unmatched := size - len(matching):
         listed.append(f"{unmatched} clusters do not match clusterSelector")
-    msg = f"{head}; " + "; ".join(listed)
-    return Schedule(kept, released, placed, replicas, INSUFFICIENT_CAPACITY, msg, held)
+    return INSUFFICIENT_CAPACITY, "; ".join(listed)
 
 
-def _let_go(
-    r: PlacedReplica,
-    clusters: Mapping[str, Cluster],
-    admitted: Callable[[Cluster], bool],
-    failed: frozenset[str] = frozenset(),
-) -> str:
+def _holding(kept: Pins) -> str:
+    if not kept.held:
+        return ""
+    return "; held until replacements serve: " + ", ".join(
+        f"{r.name} on {r.cluster}" for r in kept.held
+    )
+
+
+def _schedule(ask: Ask, kept: Pins, placed: list[Placement], reason: str, msg: str) -> Schedule:
+    return Schedule(kept.kept, kept.released, placed, ask.replicas, reason, msg, kept.held)
+
+
+def _let_go(r: PlacedReplica, clusters: Mapping[str, Cluster], owner: Owner) -> str:
     """Why `keep_pins` let a replica go, or '' when it was only one more than wanted."""
     cluster = clusters.get(r.cluster)
     if cluster is None:
         return f"cluster {r.cluster} is gone"
-    if r.name in failed:
+    if r.name in owner.failed:
         return f"failed over from cluster {r.cluster}: its replacement serves"
     if r.state == binding.REFUSED_STATE:
         return f"the binder refused it: {r.message}"
-    if r.state != binding.BOUND and not admitted(cluster):
+    if r.state != binding.BOUND and not owner.admits(cluster):
         return tenancy.fence_message(r.cluster, r.namespace)
     return ""
 

@@ -177,9 +177,10 @@ def test_the_fleet_view_offers_nothing_on_a_closed_cluster_and_says_why() -> Non
     spec = {"engines": [engine("llm", member(count=1))]}
     cel = StubCel()
     result = scheduler.schedule(
-        view(spec["engines"]), replicas=2, cluster_selector=lambda labels: True,
-        clusters=[read["a"].cluster], classes=list(classes.values()), fleet=[], own=[],
-        evaluate=cel.evaluate, compile_check=cel.compile,
-    )  # fmt: skip
+        scheduler.Ask(view(spec["engines"]), 2, lambda labels: True),
+        scheduler.FleetState([read["a"].cluster], list(classes.values())),
+        scheduler.Owner(),
+        scheduler.Cel(cel.evaluate, cel.compile),
+    )
     assert result.placed == []
     assert result.message.endswith(f"cluster a: {why}")

@@ -204,15 +204,10 @@ def propose(case: Case, index: int, snapshot: list[dict]) -> list[tuple[str, Any
     own = [r for r in seen if r.deployment == name]
     cel = StubCel()
     result = scheduler.schedule(
-        view(spec["engines"]),
-        replicas=wanted,
-        cluster_selector=lambda labels: True,
-        clusters=[cluster_of(c) for c in fleet(case)],
-        classes=CLASSES,
-        fleet=seen,
-        own=own,
-        evaluate=cel.evaluate,
-        compile_check=cel.compile,
+        scheduler.Ask(view(spec["engines"]), wanted, lambda labels: True),
+        scheduler.FleetState([cluster_of(c) for c in fleet(case)], CLASSES, seen),
+        scheduler.Owner(own=own),
+        scheduler.Cel(cel.evaluate, cel.compile),
     )
     calls: list[tuple[str, Any]] = []
     for r in result.released:

@@ -143,15 +143,10 @@ def run(
 ) -> scheduler.Schedule:
     cel = cel or StubCel()
     return scheduler.schedule(
-        view(engines),
-        replicas=replicas,
-        cluster_selector=selector,
-        clusters=[cluster_of(c) for c in clusters],
-        classes=classes,
-        fleet=list(fleet),
-        own=list(own),
-        evaluate=cel.evaluate,
-        compile_check=cel.compile,
+        scheduler.Ask(view(engines), replicas, selector),
+        scheduler.FleetState([cluster_of(c) for c in clusters], classes, list(fleet)),
+        scheduler.Owner(own=list(own)),
+        scheduler.Cel(cel.evaluate, cel.compile),
     )
 
 

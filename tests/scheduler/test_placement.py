@@ -252,16 +252,10 @@ def test_pinned_replicas_count_for_spreading_and_capacity() -> None:
 
 def test_keep_only_never_places() -> None:
     result = scheduler.schedule(
-        view([engine()]),
-        replicas=3,
-        cluster_selector=lambda labels: True,
-        clusters=[cluster_of(cluster("a", [L4]))],
-        classes=[klass("l4")],
-        fleet=[],
-        own=[placed("m-0", "a", {"gpu-l4": 1}, "m")],
-        evaluate=StubCel().evaluate,
-        compile_check=StubCel.compile,
-        place_new=False,
+        scheduler.Ask(view([engine()]), 3, lambda labels: True, place_new=False),
+        scheduler.FleetState([cluster_of(cluster("a", [L4]))], [klass("l4")]),
+        scheduler.Owner(own=[placed("m-0", "a", {"gpu-l4": 1}, "m")]),
+        scheduler.Cel(StubCel().evaluate, StubCel.compile),
     )
     assert [r.name for r in result.kept] == ["m-0"]
     assert result.placed == []
@@ -507,17 +501,10 @@ def test_a_pin_not_yet_bound_lasts_only_while_its_cluster_admits_the_namespace(
     ]
     cel = StubCel()
     result = scheduler.schedule(
-        view([engine()]),
-        replicas=1,
-        cluster_selector=lambda labels: True,
-        clusters=clusters,
-        classes=CLASSES,
-        fleet=[own],
-        own=[own],
-        evaluate=cel.evaluate,
-        compile_check=cel.compile,
-        namespace="ns",
-        namespace_labels={"kubernetes.io/metadata.name": "ns"},
+        scheduler.Ask(view([engine()]), 1, lambda labels: True),
+        scheduler.FleetState(clusters, CLASSES, [own]),
+        scheduler.Owner(own=[own], namespace="ns", labels={"kubernetes.io/metadata.name": "ns"}),
+        scheduler.Cel(cel.evaluate, cel.compile),
     )
     assert [r.name for r in result.kept] == (["m-0"] if kept else [])
     assert where(result) == expect

@@ -54,15 +54,10 @@ def other_replicas(fleet: list[dict], spec: list) -> list[scheduler.PlacedReplic
 def schedule(engs: list, fleet: list, fleet_replicas: list, replicas: int) -> scheduler.Schedule:
     cel = StubCel()
     return scheduler.schedule(
-        view(engs),
-        replicas=replicas,
-        cluster_selector=lambda labels: True,
-        clusters=[cluster_of(c) for c in fleet],
-        classes=CLASSES,
-        fleet=fleet_replicas,
-        own=[],
-        evaluate=cel.evaluate,
-        compile_check=cel.compile,
+        scheduler.Ask(view(engs), replicas, lambda labels: True),
+        scheduler.FleetState([cluster_of(c) for c in fleet], CLASSES, fleet_replicas),
+        scheduler.Owner(),
+        scheduler.Cel(cel.evaluate, cel.compile),
     )
 
 
