@@ -66,7 +66,7 @@ written only once ``status.endpoint`` can be.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from plnt import conditions, contracts, xp
@@ -145,16 +145,24 @@ def routed(service: Mapping[str, Any] | None, deployment: Mapping[str, Any] | No
     Ready, sends traffic to at least one endpoint and, given the ModelDeployment, computed its
     weights from the revisions the deployment reports now (so a promotion or rollback counts as
     routed only once traffic has followed it)."""
+    if not _routes(service):
+        return False
+    return deployment is None or _follows(service, deployment)
+
+
+def _routes(service: Mapping[str, Any] | None) -> bool:
+    """The ModelService has its URL (and endpoint, with a Service), is Ready and Routed."""
     wants_endpoint = bool(((service or {}).get("spec") or {}).get("service"))
-    if not (
+    return bool(
         _status(service).get("url")
         and (_status(service).get("endpoint") or not wants_endpoint)
         and xp.is_ready(service)
         and _cond(service, conditions.ROUTED).get("status") == "True"
-    ):
-        return False
-    if deployment is None:
-        return True
+    )
+
+
+def _follows(service: Mapping[str, Any] | None, deployment: Mapping[str, Any]) -> bool:
+    """The ModelService's weights come from the revisions the deployment reports now."""
     name = (deployment.get("metadata") or {}).get("name")
     revisions = _status(deployment).get("revisions") or {}
     want = {k: revisions[k] for k in ("stable", "canary") if revisions.get(k)}
@@ -213,29 +221,15 @@ def derive(
     previous = last.get("phase")
     if previous not in PHASES or previous == target.name:
         return target
-    if target.name == ROLLED_BACK or (target.name == FAILED and _gate_failed(deployment)):
-        goal = ORDER.index(PROMOTING)  # the steps up to the smoke test come first
-    elif target.name in (PENDING, FAILED):
-        return target
-    else:
-        goal = ORDER.index(target.name)
-    fresh = run is not None and last.get("workflowRunId") not in (None, run)
-    if fresh:
-        reached = -1  # an updated spec: its walk starts again, with Validating
-    elif previous in ORDER:
-        reached = ORDER.index(previous)
-    else:
-        reached = 0  # after Pending, Failed or RolledBack: as after Validating
+    goal = _goal(target, deployment)
+    if goal is None:
+        return target  # Pending, and Failed because the deployment cannot be reconciled
+    reached = _reached(previous, last, run)
     first_rollout = not (last.get("url") or last.get("endpoint"))
-    if goal <= reached:
-        here = ORDER[reached]
-        if goal == reached:
-            return target
-        # a run's phase only moves forward: what reports an earlier state again (a pod
-        # restarted, a replica added, a child's status lags a reconcile) is told under the
-        # step reached; after Ready, under Ready, until the next run
-        url = _url(target, here, first_rollout) or (last.get("url") if here == READY else None)
-        return Phase(here, _HOLD[here] + target.message, url)
+    if goal == reached:
+        return target
+    if goal < reached:
+        return _held(target, ORDER[reached], last, first_rollout)
     this = _Run.of(deployment, run, first_rollout)
     if this.settled and previous not in ORDER and not first_rollout:
         return target  # after Pending (or Failed) of a settled deployment: nothing to show
@@ -244,6 +238,31 @@ def derive(
             message = _on_the_way(step, target, this, run)
             return Phase(step, message, _url(target, step, first_rollout), trailing=True)
     return target
+
+
+def _goal(target: Phase, deployment: Mapping[str, Any] | None) -> int | None:
+    """The step of ORDER the walk goes toward; None for a target written from any step."""
+    if target.name == ROLLED_BACK or (target.name == FAILED and _gate_failed(deployment)):
+        return ORDER.index(PROMOTING)  # the steps up to the smoke test come first
+    if target.name in (PENDING, FAILED):
+        return None
+    return ORDER.index(target.name)
+
+
+def _reached(previous: str, last: Mapping[str, Any], run: str | None) -> int:
+    """The step of ORDER the walk last wrote: -1 in a fresh run (an updated spec: its walk
+    starts again, with Validating); after Pending, Failed or RolledBack, as after Validating."""
+    if run is not None and last.get("workflowRunId") not in (None, run):
+        return -1
+    return ORDER.index(previous) if previous in ORDER else 0
+
+
+def _held(target: Phase, here: str, last: Mapping[str, Any], first_rollout: bool) -> Phase:
+    """A run's phase only moves forward: what reports an earlier state again (a pod
+    restarted, a replica added, a child's status lags a reconcile) is told under the step
+    reached; after Ready, under Ready, until the next run."""
+    url = _url(target, here, first_rollout) or (last.get("url") if here == READY else None)
+    return Phase(here, _HOLD[here] + target.message, url)
 
 
 def _gate_failed(deployment: Mapping[str, Any] | None) -> bool:
@@ -298,63 +317,145 @@ def _on_the_way(step: str, target: Phase, this: _Run, run: str | None) -> str:
     return f"the engines of revision {rev} started{further}"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Observed:
+    """What the target is derived from: the observed children, read once."""
+
+    deployment: Mapping[str, Any]
+    service: Mapping[str, Any] | None
+    run: str | None
+    stages_weights: bool
+    stable: str | None
+    canary: str | None
+    gate: contracts.Gate
+    outcome: str | None  # the Canary condition's reason
+    canary_message: str | None
+    scheduled: dict[str, Any]  # ReplicasScheduled
+    ready: dict[str, Any]  # ReplicasReady
+    url: str | None  # the ModelService's URL once a stable revision serves behind it
+
+    @classmethod
+    def of(
+        cls,
+        deployment: Mapping[str, Any],
+        service: Mapping[str, Any] | None,
+        run: str | None,
+        stages_weights: bool,
+    ) -> _Observed:
+        status = _status(deployment)
+        revisions = status.get("revisions") or {}
+        stable = revisions.get("stable")
+        canary_cond = _cond(deployment, CANARY)
+        routed_at = _status(service).get("url")
+        return cls(
+            deployment=deployment,
+            service=service,
+            run=run,
+            stages_weights=stages_weights,
+            stable=stable,
+            canary=revisions.get("canary"),
+            gate=contracts.Gate.of(contracts.gate_at(status)),
+            outcome=canary_cond.get("reason"),
+            canary_message=canary_cond.get("message"),
+            scheduled=_cond(deployment, conditions.REPLICAS_SCHEDULED),
+            ready=_cond(deployment, conditions.REPLICAS_READY),
+            url=routed_at if (stable and routed_at) else None,
+        )
+
+
+def _unreconcilable(seen: _Observed) -> Phase | None:
+    synced = _cond(seen.deployment, "Synced")
+    if synced.get("status") != "False":
+        return None
+    why = synced.get("message") or synced.get("reason") or "no reason given"
+    return Phase(FAILED, f"the ModelDeployment cannot be reconciled: {why}", seen.url)
+
+
+def _not_taken_up(seen: _Observed) -> Phase | None:
+    if seen.run is None or contracts.CanaryStatus.of(seen.deployment).run == seen.run:
+        return None
+    return Phase(VALIDATING, f"the ModelDeployment has not taken up run {seen.run} yet", seen.url)
+
+
+def _failed(seen: _Observed) -> Phase | None:
+    if seen.outcome == conditions.FAILED:
+        return Phase(FAILED, seen.canary_message or "the smoke test failed", seen.url)
+    if seen.gate.verdict == contracts.FAIL and not seen.stable:
+        why = seen.gate.reason or ""
+        return Phase(FAILED, f"the smoke test failed and no stable revision exists: {why}")
+    return None
+
+
+def _rolled_back(seen: _Observed) -> Phase | None:
+    if seen.outcome != conditions.ROLLED_BACK:
+        return None
+    return Phase(ROLLED_BACK, seen.canary_message or "the canary was rolled back", seen.url)
+
+
+def _unscheduled(seen: _Observed) -> Phase | None:
+    if not seen.scheduled:
+        return Phase(VALIDATING, "the ModelDeployment has not reported a schedule yet")
+    if seen.scheduled.get("status") != "False":
+        return None
+    why = seen.scheduled.get("message") or seen.scheduled.get("reason") or ""
+    return Phase(PENDING, f"replicas are not scheduled yet: {why}".rstrip(": "), seen.url)
+
+
+def _under_test(seen: _Observed) -> Phase | None:
+    if not (seen.canary and seen.outcome == conditions.AWAITING_VERDICT):
+        return None
+    return _testing(seen, seen.canary)
+
+
+def _serving(seen: _Observed) -> Phase:
+    """Nothing under test: promoting, coming up, waiting for routes, or Ready."""
+    replicas_ready = seen.ready.get("status") == "True"
+    in_place = contracts.CanaryStatus.of(seen.deployment).mode == contracts.IN_PLACE
+    # a re-test in place moves no traffic: the service routing at all is enough
+    is_routed = routed(seen.service, None if in_place else seen.deployment)
+    if seen.outcome == conditions.PROMOTED and not (replicas_ready and is_routed):
+        said = f"revision {seen.stable} passed the gate; shifting traffic to it"
+        return Phase(PROMOTING, said, seen.url)
+    if not replicas_ready:
+        counts = seen.ready.get("message") or "replicas not ready"
+        return _coming_up(seen.ready.get("reason"), None, counts, seen.stages_weights, seen.url)
+    if not is_routed:
+        why = _cond(seen.service, conditions.ROUTED).get("message")
+        why = why or "it has no URL or is not Ready"
+        said = f"replicas are ready; the ModelService does not route to them yet: {why}"
+        return Phase(PROMOTING, said, seen.url)
+    routed_at = _status(seen.service).get("url")
+    inside = _status(seen.service).get("endpoint")
+    where = f"{inside} (outside the cluster: {routed_at})" if inside else routed_at
+    return Phase(READY, f"serving at {where}", routed_at)
+
+
+# The target's rules in the order of the module docstring's table: the first that answers wins.
+_RULES: tuple[Callable[[_Observed], Phase | None], ...] = (
+    _unreconcilable,
+    _not_taken_up,
+    _failed,
+    _rolled_back,
+    _unscheduled,
+    _under_test,
+)
+
+
 def _derive(
     deployment: Mapping[str, Any] | None,
     service: Mapping[str, Any] | None,
     run: str | None,
     stages_weights: bool = False,
 ) -> Phase:
+    """The target: the first of `_RULES` that answers, else what serving says."""
     if deployment is None:
         return Phase(VALIDATING, "spec is valid; the ModelDeployment is being created")
-    status = _status(deployment)
-    revisions = status.get("revisions") or {}
-    stable, canary = revisions.get("stable"), revisions.get("canary")
-    gate = contracts.Gate.of(contracts.gate_at(status))
-    canary_cond = _cond(deployment, CANARY)
-    scheduled = _cond(deployment, conditions.REPLICAS_SCHEDULED)
-    ready = _cond(deployment, conditions.REPLICAS_READY)
-    synced = _cond(deployment, "Synced")
-    routed_at = _status(service).get("url")
-    url = routed_at if (stable and routed_at) else None
-
-    if synced.get("status") == "False":
-        why = synced.get("message") or synced.get("reason") or "no reason given"
-        return Phase(FAILED, f"the ModelDeployment cannot be reconciled: {why}", url)
-    if run is not None and contracts.CanaryStatus.of(deployment).run != run:
-        return Phase(VALIDATING, f"the ModelDeployment has not taken up run {run} yet", url)
-    if canary_cond.get("reason") == conditions.FAILED:
-        return Phase(FAILED, canary_cond.get("message") or "the smoke test failed", url)
-    if gate.verdict == contracts.FAIL and not stable:
-        why = gate.reason or ""
-        return Phase(FAILED, f"the smoke test failed and no stable revision exists: {why}")
-    if canary_cond.get("reason") == conditions.ROLLED_BACK:
-        return Phase(ROLLED_BACK, canary_cond.get("message") or "the canary was rolled back", url)
-    if not scheduled:
-        return Phase(VALIDATING, "the ModelDeployment has not reported a schedule yet")
-    if scheduled.get("status") == "False":
-        why = scheduled.get("message") or scheduled.get("reason") or ""
-        return Phase(PENDING, f"replicas are not scheduled yet: {why}".rstrip(": "), url)
-    if canary and canary_cond.get("reason") == conditions.AWAITING_VERDICT:
-        return _testing(deployment, canary, stable, url, stages_weights)
-    replicas_ready = ready.get("status") == "True"
-    in_place = contracts.CanaryStatus.of(deployment).mode == contracts.IN_PLACE
-    # a re-test in place moves no traffic: the service routing at all is enough
-    is_routed = routed(service, None if in_place else deployment)
-    if canary_cond.get("reason") == conditions.PROMOTED and not (replicas_ready and is_routed):
-        return Phase(PROMOTING, f"revision {stable} passed the gate; shifting traffic to it", url)
-    if not replicas_ready:
-        counts = ready.get("message") or "replicas not ready"
-        return _coming_up(ready.get("reason"), None, counts, stages_weights, url)
-    if not is_routed:
-        why = _cond(service, conditions.ROUTED).get("message") or "it has no URL or is not Ready"
-        return Phase(
-            PROMOTING,
-            f"replicas are ready; the ModelService does not route to them yet: {why}",
-            url,
-        )
-    inside = _status(service).get("endpoint")
-    where = f"{inside} (outside the cluster: {routed_at})" if inside else routed_at
-    return Phase(READY, f"serving at {where}", routed_at)
+    seen = _Observed.of(deployment, service, run, stages_weights)
+    for rule in _RULES:
+        phase = rule(seen)
+        if phase is not None:
+            return phase
+    return _serving(seen)
 
 
 def _coming_up(
@@ -385,17 +486,10 @@ def _coming_up(
     )
 
 
-def _testing(
-    deployment: Mapping[str, Any],
-    canary: str,
-    stable: str | None,
-    url: str | None,
-    stages_weights: bool,
-) -> Phase:
+def _testing(seen: _Observed, canary: str) -> Phase:
     """A revision awaits the gate: it is coming up (PullingWeights, Deploying) or measured."""
-    gate = contracts.Gate.of(contracts.gate_at(_status(deployment)))
-    ready = _cond(deployment, conditions.REPLICAS_READY)
-    gate_cond = _cond(deployment, conditions.CANARY_GATE)
+    gate, stable = seen.gate, seen.stable
+    gate_cond = _cond(seen.deployment, conditions.CANARY_GATE)
     measuring = gate.state not in (None, contracts.WAITING) or (
         not gate.raw and gate_cond.get("reason") in (conditions.MEASURING, conditions.PASSED)
     )
@@ -407,20 +501,25 @@ def _testing(
                 SMOKE_TESTING,
                 f"the latency gate is about to re-test revision {canary} in place (its traffic "
                 f"unchanged): {why}",
-                url,
+                seen.url,
             )
-        # the revision under test's readiness; a first revision's is ReplicasReady's too
-        readiness = contracts.CanaryStatus.of(deployment).readiness
-        if readiness is None and not stable:
-            readiness = ready.get("reason")
-        if readiness == conditions.UNSCHEDULABLE and not stable:
-            why = ready.get("message") or why
-        what = f"first revision {canary}" if not stable else f"canary revision {canary}"
-        return _coming_up(readiness, what, why, stages_weights, url)
+        return _canary_coming_up(seen, canary, why)
     if stable == canary:
         what = f"re-testing revision {canary} in place (its traffic unchanged)"
     elif stable:
         what = f"measuring canary revision {canary}"
     else:
         what = f"measuring first revision {canary}; it takes no traffic until it passes"
-    return Phase(SMOKE_TESTING, f"the latency gate is {what}", url)
+    return Phase(SMOKE_TESTING, f"the latency gate is {what}", seen.url)
+
+
+def _canary_coming_up(seen: _Observed, canary: str, why: str) -> Phase:
+    """A new revision under test not measured yet, by its readiness; a first revision's is
+    ReplicasReady's too."""
+    readiness = contracts.CanaryStatus.of(seen.deployment).readiness
+    if readiness is None and not seen.stable:
+        readiness = seen.ready.get("reason")
+    if readiness == conditions.UNSCHEDULABLE and not seen.stable:
+        why = seen.ready.get("message") or why
+    what = f"first revision {canary}" if not seen.stable else f"canary revision {canary}"
+    return _coming_up(readiness, what, why, seen.stages_weights, seen.url)
