@@ -207,113 +207,56 @@ def template_refused(sched: scheduler.Schedule, refused: pod_policy.Refusal) -> 
     )
 
 
-def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
-    rsp = xp.respond(req)
-    xr = xp.composite(req)
-    meta = xr.get("metadata") or {}
-    name, namespace = meta.get("name", ""), meta.get("namespace", "")
-    raw_spec = xr.get("spec") or {}
-    spec = xp.parse(ModelDeploymentSpec, raw_spec, "spec")
-    model_deployment.check(spec)
-    refused = pod_policy.refusal(spec.engines, spec.serving)
-    observed_status = xr.get("status") or {}
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """Everything a decision reads, read once: the XR, its own replicas, the fleet, the tenant."""
 
-    # --- inputs ---------------------------------------------------------------------------
-    classes = reading.require_all(
-        req,
-        rsp,
-        "inference-classes",
-        contracts.MODELPLANE_API_VERSION,
-        "InferenceClass",
-        shape=reading.CLASS,
-    )
-    observed = {
-        n: o for n, o in xp.observed_resources(req).items() if o.get("kind") == rep.MODEL_REPLICA
-    }
-    own = {(o["metadata"].get("name") or ""): o for o in observed.values()}
-    own_placed = [scheduler.placed_replica(o) for o in own.values()]
-    snapshot = reading.snapshot(
-        req,
-        rsp,
-        spec.cluster_selector.match_labels,
-        {r.cluster for r in own_placed},
-        fenced={r.cluster for r in own_placed if r.state != binding.BOUND},
-    )
-    tenant = tenancy_inputs(req, rsp, namespace)
-    if classes is None or snapshot is None or tenant is None:
+    name: str
+    namespace: str
+    raw_spec: dict[str, Any]
+    spec: ModelDeploymentSpec
+    refused: pod_policy.Refusal | None  # what its pod templates ask that plnt does not allow
+    observed_status: dict[str, Any]
+    classes: list[dict[str, Any]]
+    own: dict[str, dict[str, Any]]  # its observed ModelReplicas by name
+    own_placed: list[scheduler.PlacedReplica]
+    snapshot: reading.Snapshot
+    tenant: Tenant
+    # what the scheduler charges besides its own replicas, and those of them the view counts
+    fleet: list[scheduler.PlacedReplica]
+    counted: frozenset[tuple[str, str]]
+
+    @property
+    def clusters(self) -> dict[str, fleet_model.Cluster]:
+        return {c.name: c for c in self.snapshot.clusters}
+
+
+@dataclasses.dataclass(frozen=True)
+class Decisions:
+    """Failover's state, the revision plan and one schedule per revision it runs."""
+
+    now: float
+    degraded: list[failover.Degraded]
+    failed: frozenset[str]
+    serving: frozenset[str]
+    plan: revisions.Plan
+    schedules: dict[str, scheduler.Schedule]
+
+
+def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    """Inputs, then decisions, then the desired replicas and endpoints, then status."""
+    rsp = xp.respond(req)
+    inputs = read_inputs(req, rsp)
+    if inputs is None:
         xp.set_conditions(
             rsp, conditions.waiting(conditions.REPLICAS_SCHEDULED, "reading the fleet")
         )
         return rsp
-    if snapshot.unreadable:
-        xp.warning(
-            rsp,
-            f"fleet view parts {', '.join(snapshot.unreadable)} in {fleet_view.NAMESPACE} do not "
-            "read as a fleet view; scheduled on the whole fleet instead",
-        )
-    if snapshot.viewed:  # the view counts what is committed; own replicas it does not, we do
-        counted = frozenset((r.namespace, r.name) for r in own_placed if snapshot.counts(r))
-        fleet = [r for r in own_placed if (r.namespace, r.name) not in counted]
-    else:
-        counted, fleet = frozenset(), _fleet(snapshot.replicas, own.values())
-    clusters_by_name = {c.name: c for c in snapshot.clusters}
-
-    # --- decisions ------------------------------------------------------------------------
-    # Failover (failover.py): replicas on degraded clusters or with pods that stay
-    # unschedulable, those past the grace period, and those that serve (a replacement releases
-    # a held replica only once it does)
-    now = clock()
-    after = spec.failover.after_seconds
-    stuck = {n: s for n, obj in own.items() if (s := failover.stuck(obj)) is not None}
-    degraded = failover.degraded(
-        ((r.name, r.cluster) for r in own_placed), clusters_by_name, after, stuck
-    )
-    failed = failover.failed(degraded, now)
-    serving = frozenset(
-        n for n, obj in own.items() if _serves(req, n, obj, clusters_by_name.get(_cluster_of(obj)))
-    )
-    current = revision(raw_spec)
-    by_revision = Counter(r.revision for r in own_placed)
-    plan = revisions.plan(
-        spec, current, observed_status, by_revision, xp.context(req, contracts.VERDICT_CONTEXT)
-    )
-    engines = scheduler.engines_from(spec.engines)
-    schedules: dict[str, scheduler.Schedule] = {}
-    for rev in sorted(plan.targets, key=lambda r: r == plan.current):  # current last
-        schedules[rev] = scheduler.schedule(
-            scheduler.Ask(
-                engines,
-                plan.targets[rev],
-                spec.cluster_selector.matches,
-                place_new=plan.placed_anew(rev) and not refused,
-            ),
-            scheduler.FleetState(
-                snapshot.clusters, classes, fleet, snapshot.used, counted, snapshot.size
-            ),
-            scheduler.Owner(
-                own=[r for r in own_placed if r.revision == rev],
-                siblings=[r for other in schedules.values() for r in other.kept],
-                namespace=namespace,
-                labels=tenant.labels,
-                serving=serving,
-                failed=failed,
-            ),
-        )
-        if refused and plan.placed_anew(rev):
-            schedules[rev] = template_refused(schedules[rev], refused)
-        schedules[rev] = within_quotas(
-            schedules[rev],
-            tenant,
-            own,
-            namespace=namespace,
-            deployment=name,
-            rev=rev,
-            raw_spec=raw_spec,
-        )
-
+    decided = decide(req, inputs)
     # A new replica goes only where the cluster's own fence admits it, read as the binder
     # reads it: a view written before the fence was set must not propose one there.
-    unread = sorted({p.cluster for s in schedules.values() for p in s.placed} - snapshot.read)
+    placed_on = {p.cluster for s in decided.schedules.values() for p in s.placed}
+    unread = sorted(placed_on - inputs.snapshot.read)
     if unread:
         reading.clusters_by_name(req, rsp, unread)  # the next call holds them
         xp.set_conditions(
@@ -324,27 +267,184 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             ),
         )
         return rsp
+    out = compose(req, rsp, inputs, decided)
+    write_status(rsp, inputs, decided, out)
+    return rsp
 
-    # --- desired resources ----------------------------------------------------------------
+
+def read_inputs(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> Inputs | None:
+    """The XR, its replicas, the classes, the fleet and the tenant; None until Crossplane has
+    answered every requirement."""
+    xr = xp.composite(req)
+    meta = xr.get("metadata") or {}
+    namespace = meta.get("namespace", "")
+    raw_spec = xr.get("spec") or {}
+    spec = xp.parse(ModelDeploymentSpec, raw_spec, "spec")
+    model_deployment.check(spec)
+    classes = reading.require_all(
+        req,
+        rsp,
+        "inference-classes",
+        contracts.MODELPLANE_API_VERSION,
+        "InferenceClass",
+        shape=reading.CLASS,
+    )
+    own = _own_replicas(req)
+    own_placed = [scheduler.placed_replica(o) for o in own.values()]
+    snapshot = reading.snapshot(
+        req,
+        rsp,
+        spec.cluster_selector.match_labels,
+        {r.cluster for r in own_placed},
+        fenced={r.cluster for r in own_placed if r.state != binding.BOUND},
+    )
+    tenant = tenancy_inputs(req, rsp, namespace)
+    if classes is None or snapshot is None or tenant is None:
+        return None
+    if snapshot.unreadable:
+        xp.warning(
+            rsp,
+            f"fleet view parts {', '.join(snapshot.unreadable)} in {fleet_view.NAMESPACE} do not "
+            "read as a fleet view; scheduled on the whole fleet instead",
+        )
+    counted, fleet = _charged(snapshot, own, own_placed)
+    return Inputs(
+        name=meta.get("name", ""),
+        namespace=namespace,
+        raw_spec=raw_spec,
+        spec=spec,
+        refused=pod_policy.refusal(spec.engines, spec.serving),
+        observed_status=xr.get("status") or {},
+        classes=classes,
+        own=own,
+        own_placed=own_placed,
+        snapshot=snapshot,
+        tenant=tenant,
+        fleet=fleet,
+        counted=counted,
+    )
+
+
+def _own_replicas(req: fnv1.RunFunctionRequest) -> dict[str, dict[str, Any]]:
+    """The ModelReplicas it composed before, observed, by name."""
+    observed = xp.observed_resources(req).values()
+    return {
+        (o["metadata"].get("name") or ""): o for o in observed if o.get("kind") == rep.MODEL_REPLICA
+    }
+
+
+def _charged(
+    snapshot: reading.Snapshot,
+    own: dict[str, dict[str, Any]],
+    own_placed: list[scheduler.PlacedReplica],
+) -> tuple[frozenset[tuple[str, str]], list[scheduler.PlacedReplica]]:
+    """Its own replicas the fleet view counts, and the replicas the scheduler charges besides
+    the view: the view counts what is committed; own replicas it does not, we do. Without a
+    view, every replica on the fleet."""
+    if not snapshot.viewed:
+        return frozenset(), _fleet(snapshot.replicas, own.values())
+    counted = frozenset((r.namespace, r.name) for r in own_placed if snapshot.counts(r))
+    return counted, [r for r in own_placed if (r.namespace, r.name) not in counted]
+
+
+def decide(req: fnv1.RunFunctionRequest, inputs: Inputs) -> Decisions:
+    """Failover (failover.py): replicas on degraded clusters or with pods that stay
+    unschedulable, those past the grace period, and those that serve (a replacement releases a
+    held replica only once it does); the revision plan; then each revision's schedule, the
+    current one last, within the pod policy and the quotas."""
+    clusters = inputs.clusters
+    now = clock()
+    stuck = {n: s for n, obj in inputs.own.items() if (s := failover.stuck(obj)) is not None}
+    degraded = failover.degraded(
+        ((r.name, r.cluster) for r in inputs.own_placed),
+        clusters,
+        inputs.spec.failover.after_seconds,
+        stuck,
+    )
+    serving = frozenset(
+        n for n, obj in inputs.own.items() if _serves(req, n, obj, clusters.get(_cluster_of(obj)))
+    )
+    plan = revisions.plan(
+        inputs.spec,
+        revision(inputs.raw_spec),
+        inputs.observed_status,
+        Counter(r.revision for r in inputs.own_placed),
+        xp.context(req, contracts.VERDICT_CONTEXT),
+    )
+    decided = Decisions(now, degraded, failover.failed(degraded, now), serving, plan, {})
+    for rev in sorted(plan.targets, key=lambda r: r == plan.current):  # current last
+        decided.schedules[rev] = schedule_revision(inputs, decided, rev)
+    return decided
+
+
+def schedule_revision(inputs: Inputs, decided: Decisions, rev: str) -> scheduler.Schedule:
+    """One revision's schedule: its pins kept and new replicas placed beside the revisions
+    scheduled before it, nothing new where the pod policy refuses its templates, then the
+    quotas covering the namespace applied."""
+    plan, spec = decided.plan, inputs.spec
+    place_new = plan.placed_anew(rev)
+    sched = scheduler.schedule(
+        scheduler.Ask(
+            scheduler.engines_from(spec.engines),
+            plan.targets[rev],
+            spec.cluster_selector.matches,
+            place_new=place_new and not inputs.refused,
+        ),
+        scheduler.FleetState(
+            inputs.snapshot.clusters,
+            inputs.classes,
+            inputs.fleet,
+            inputs.snapshot.used,
+            inputs.counted,
+            inputs.snapshot.size,
+        ),
+        scheduler.Owner(
+            own=[r for r in inputs.own_placed if r.revision == rev],
+            siblings=[r for other in decided.schedules.values() for r in other.kept],
+            namespace=inputs.namespace,
+            labels=inputs.tenant.labels,
+            serving=decided.serving,
+            failed=decided.failed,
+        ),
+    )
+    if inputs.refused and place_new:
+        sched = template_refused(sched, inputs.refused)
+    return within_quotas(
+        sched,
+        inputs.tenant,
+        inputs.own,
+        namespace=inputs.namespace,
+        deployment=inputs.name,
+        rev=rev,
+        raw_spec=inputs.raw_spec,
+    )
+
+
+def compose(
+    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, inputs: Inputs, decided: Decisions
+) -> Composed:
+    """Desired resources: per revision, its kept replicas as they are and its new ones, each
+    with its endpoint where its cluster routes (`_compose_replica`)."""
     out = Composed()
-    for rev, sched in schedules.items():
-        new_names = rep.fresh_names(name, rev, own, len(sched.placed))
-        replicas = [(r.name, rep.pinned_replica(own[r.name])) for r in sched.kept]
+    clusters = inputs.clusters
+    for rev, sched in decided.schedules.items():
+        new_names = rep.fresh_names(inputs.name, rev, inputs.own, len(sched.placed))
+        replicas = [(r.name, rep.pinned_replica(inputs.own[r.name])) for r in sched.kept]
         replicas += [
             (
                 replica,
                 rep.model_replica(
                     name=replica,
-                    namespace=namespace,
-                    deployment=name,
+                    namespace=inputs.namespace,
+                    deployment=inputs.name,
                     revision=rev,
-                    spec=raw_spec,
+                    spec=inputs.raw_spec,
                     placement=p,
                 ),
             )
             for replica, p in zip(new_names, sched.placed, strict=True)
         ]
-        _mark_replacements(sched, own, replicas[len(sched.kept) :])
+        _mark_replacements(sched, inputs.own, replicas[len(sched.kept) :])
         for replica, obj in sorted(replicas, key=lambda r: r[0]):
             _compose_replica(
                 req,
@@ -352,16 +452,29 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
                 out,
                 obj=obj,
                 rev=rev,
-                seen=own.get(replica),
-                clusters=clusters_by_name,
-                deployment=name,
-                namespace=namespace,
+                seen=inputs.own.get(replica),
+                clusters=clusters,
+                deployment=inputs.name,
+                namespace=inputs.namespace,
             )
+    return out
 
-    # --- status ---------------------------------------------------------------------------
-    said = report(spec, plan, schedules, out, observed_status)
+
+def write_status(
+    rsp: fnv1.RunFunctionResponse, inputs: Inputs, decided: Decisions, out: Composed
+) -> None:
+    """Status, conditions, warnings and events (`report`), and when to be called again: when
+    the next failover grace period ends, not a poll later."""
+    schedules = decided.schedules
+    said = report(inputs.spec, decided.plan, schedules, out, inputs.observed_status)
     health = _failover_condition(
-        schedules, out, degraded, failed=failed, now=now, after=after, serving=serving
+        schedules,
+        out,
+        decided.degraded,
+        failed=decided.failed,
+        now=decided.now,
+        after=inputs.spec.failover.after_seconds,
+        serving=decided.serving,
     )
     xp.set_status(rsp, said.status)
     xp.set_conditions(rsp, *said.conditions, health)
@@ -369,14 +482,13 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         xp.warning(rsp, message)
     if not health.status:
         xp.warning(rsp, f"{health.reason}: {health.message}")
-    for r in (r for s in schedules.values() for r in s.released if r.name in failed):
+    for r in (r for s in schedules.values() for r in s.released if r.name in decided.failed):
         xp.normal(rsp, f"FailedOver: {r.name} on {r.cluster} released; its replacement serves")
-    due = failover.next_due(degraded, now)
-    if due is not None:  # called again when the next grace period ends, not a poll later
+    due = failover.next_due(decided.degraded, decided.now)
+    if due is not None:
         rsp.meta.ttl.FromMilliseconds(int(min(due + 0.5, DEFAULT_TTL_S) * 1000))
     if not said.ready:
         xp.set_composite_ready(rsp, False)
-    return rsp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,6 +511,39 @@ def report(
 ) -> Report:
     """Status and conditions from the plan, the schedules and the composed replicas. Pure."""
     serving = plan.serving
+    ready = out.ready[serving] if serving else 0
+    status = _report_status(spec, plan, schedules, out, observed_status)
+    warnings: list[str] = []
+    scheduled_cond = _scheduled_condition(spec, plan, schedules)
+    if not scheduled_cond.status:
+        warnings.append(f"{scheduled_cond.reason}: {scheduled_cond.message}")
+    # Ready only once every wanted replica is, and a revision has passed the gate
+    xr_ready = ready >= spec.replicas and plan.stable is not None
+    ready_cond = _ready_condition(spec, ready, out, serving)
+    conds = [scheduled_cond, ready_cond]
+    if ready_cond.reason == conditions.UNSCHEDULABLE:
+        warnings.append(f"{ready_cond.reason}: {ready_cond.message}")
+    warnings += _unschedulable_elsewhere(out, serving)
+    if spec.canary is not None or plan.outcome is not None:
+        conds.append(_canary_condition(plan))
+    bound_cond = _bound_condition(schedules)
+    conds.append(bound_cond)
+    if not bound_cond.status:
+        xr_ready = False
+        if bound_cond.reason != binding.AWAITING_BINDING:
+            warnings.append(f"{bound_cond.reason}: {bound_cond.message}")
+    return Report(status, conds, warnings, xr_ready)
+
+
+def _report_status(
+    spec: ModelDeploymentSpec,
+    plan: revisions.Plan,
+    schedules: dict[str, scheduler.Schedule],
+    out: Composed,
+    observed_status: dict[str, Any],
+) -> dict[str, Any]:
+    """`status`: the serving revision's replicas, the placements, the revisions and `canary`."""
+    serving = plan.serving
     serving_sched = schedules.get(serving) if serving else None
     total = serving_sched.count if serving_sched else 0
     ready = out.ready[serving] if serving else 0
@@ -411,31 +556,16 @@ def report(
     canary_status |= _under_test_readiness(plan, schedules, out)
     if canary_status:
         status["canary"] = canary_status
+    return status
 
-    warnings: list[str] = []
-    scheduled_cond = _scheduled_condition(spec, plan, schedules)
-    if not scheduled_cond.status:
-        warnings.append(f"{scheduled_cond.reason}: {scheduled_cond.message}")
-    # Ready only once every wanted replica is, and a revision has passed the gate
-    xr_ready = ready >= spec.replicas and plan.stable is not None
-    ready_cond = _ready_condition(spec, ready, out, serving)
-    conds = [scheduled_cond, ready_cond]
-    if ready_cond.reason == conditions.UNSCHEDULABLE:
-        warnings.append(f"{ready_cond.reason}: {ready_cond.message}")
-    for rev in sorted(r for r in out.unschedulable if r != serving and out.unschedulable[r]):
-        # a canary's replicas ReplicasReady does not count: still said, as a warning
-        warnings.append(
-            f"{conditions.UNSCHEDULABLE}: revision {rev}: {_unschedulable(out.unschedulable[rev])}"
-        )
-    if spec.canary is not None or plan.outcome is not None:
-        conds.append(_canary_condition(plan))
-    bound_cond = _bound_condition(schedules)
-    conds.append(bound_cond)
-    if not bound_cond.status:
-        xr_ready = False
-        if bound_cond.reason != binding.AWAITING_BINDING:
-            warnings.append(f"{bound_cond.reason}: {bound_cond.message}")
-    return Report(status, conds, warnings, xr_ready)
+
+def _unschedulable_elsewhere(out: Composed, serving: str | None) -> list[str]:
+    """A canary's replicas ReplicasReady does not count: what cannot be scheduled of them is
+    still said, as a warning per revision."""
+    return [
+        f"{conditions.UNSCHEDULABLE}: revision {rev}: {_unschedulable(out.unschedulable[rev])}"
+        for rev in sorted(r for r in out.unschedulable if r != serving and out.unschedulable[r])
+    ]
 
 
 def _ready_condition(
@@ -566,22 +696,14 @@ def _bound_condition(schedules: dict[str, scheduler.Schedule]) -> xp.Condition:
     replicas are proposals until it has (docs/scheduler.md, "Binding")."""
     kept = sorted((r for s in schedules.values() for r in s.kept), key=lambda r: r.name)
     new = sum(len(s.placed) for s in schedules.values())
-    refused = sorted(
-        (r for s in schedules.values() for r in s.released if r.state == binding.REFUSED_STATE),
-        key=lambda r: r.name,
-    )
+    refused = _refused(schedules)
     bound = [r for r in kept if r.state == binding.BOUND]
     waiting = [r.name for r in kept if r.state != binding.BOUND]
     total = len(kept) + new
     head = f"bound {len(bound)} of {total} replicas"
-    over = [f"{r.name}: {r.over_committed}" for r in bound if r.over_committed]
-    if over:
-        return xp.Condition(
-            binding.REPLICAS_BOUND,
-            False,
-            binding.OVER_COMMITTED_REASON,
-            f"{head}; over-committed (the pool shrank after they were bound): " + "; ".join(over),
-        )
+    over = _over_committed(head, bound)
+    if over is not None:
+        return over
     if refused:
         lost = "; ".join(f"{r.name} on {r.cluster}: {r.message}" for r in refused)
         return xp.Condition(
@@ -599,6 +721,25 @@ def _bound_condition(schedules: dict[str, scheduler.Schedule]) -> xp.Condition:
             f"{head}; awaiting the binder: {names}",
         )
     return xp.Condition(binding.REPLICAS_BOUND, True, binding.BOUND, head)
+
+
+def _over_committed(head: str, bound: list[scheduler.PlacedReplica]) -> xp.Condition | None:
+    """ReplicasBound False while a bound replica no longer fits its pool, else None."""
+    over = [f"{r.name}: {r.over_committed}" for r in bound if r.over_committed]
+    if not over:
+        return None
+    return xp.Condition(
+        binding.REPLICAS_BOUND,
+        False,
+        binding.OVER_COMMITTED_REASON,
+        f"{head}; over-committed (the pool shrank after they were bound): " + "; ".join(over),
+    )
+
+
+def _refused(schedules: dict[str, scheduler.Schedule]) -> list[scheduler.PlacedReplica]:
+    """The replicas released because the binder refused them, by name."""
+    released = (r for s in schedules.values() for r in s.released)
+    return sorted((r for r in released if r.state == binding.REFUSED_STATE), key=lambda r: r.name)
 
 
 @dataclasses.dataclass
@@ -627,6 +768,21 @@ class Composed:
         default_factory=lambda: defaultdict(list)
     )
 
+    def count(self, rev: str, replica: str, seen: dict[str, Any] | None, *, ready: bool) -> None:
+        """Counts one composed replica of `rev`, and why it is not ready if it is not."""
+        self.ready[rev] += ready
+        self.composed[rev] += 1
+        if ready:
+            return
+        workloads = xp.condition_of(seen, conditions.WORKLOADS_READY) or {}
+        reason = workloads.get("reason")
+        if reason == conditions.PULLING_WEIGHTS:
+            self.pulling[rev].append(replica)
+        elif reason == conditions.STARTING:
+            self.starting[rev].append(replica)
+        elif reason == conditions.UNSCHEDULABLE:
+            self.unschedulable[rev].append((replica, str(workloads.get("message") or "")))
+
 
 def _compose_replica(
     req: fnv1.RunFunctionRequest,
@@ -650,16 +806,7 @@ def _compose_replica(
     address = scheduler.url_host(cluster.gateway) if cluster and routable else None
     # a replica on a degraded cluster does not serve: its endpoint leaves the routes, and what
     # its ModelReplica last reported (provider-kubernetes' last look) is not counted
-    ready = xp.is_ready(seen) and routable
-    out.ready[rev] += ready
-    out.composed[rev] += 1
-    workloads = xp.condition_of(seen, conditions.WORKLOADS_READY) or {}
-    if not ready and workloads.get("reason") == conditions.PULLING_WEIGHTS:
-        out.pulling[rev].append(replica)
-    if not ready and workloads.get("reason") == conditions.STARTING:
-        out.starting[rev].append(replica)
-    if not ready and workloads.get("reason") == conditions.UNSCHEDULABLE:
-        out.unschedulable[rev].append((replica, str(workloads.get("message") or "")))
+    out.count(rev, replica, seen, ready=xp.is_ready(seen) and routable)
     xp.compose(rsp, rep.resource_name(replica), obj, ready=xp.is_ready(seen))
     seen_endpoint = _observed(req, rep.endpoint_resource_name(replica))
     # a failover replacement joins the routes once it is Ready (or already has its endpoint):
