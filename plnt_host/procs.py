@@ -16,10 +16,20 @@ import grpc
 PLNT = pathlib.Path(sys.executable).parent / "plnt"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, never one this process handed out before: a port is
+    free again as soon as its probe socket closes, so two servers started one after the other,
+    each binding only once it runs, could otherwise be given the same one."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def wait_ready(

@@ -417,6 +417,10 @@ async def _serve(servicer: Servicer, address: str, creds: grpc.ServerCredentials
             # default: the silent CANCELLED under CPU contention). Every call is picked up and
             # answered or refused by Admission instead; its deadline still bounds it.
             ("grpc.server_max_unrequested_time_in_server", UNREQUESTED_LIMIT_S),
+            # gRPC binds with SO_REUSEPORT by default: a second server on a port in use would
+            # start as if alone and the kernel would split the callers between the two (a
+            # Crossplane step answered by another function). The bind fails instead.
+            ("grpc.so_reuseport", 0),
         ],
         # gRPC's own hard cap, above the admission limit: refused by gRPC core before Python.
         maximum_concurrent_rpcs=MAX_ADMITTED + 100,

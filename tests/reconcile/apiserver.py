@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,8 @@ import time
 
 import httpx
 import yaml
+
+from plnt_host import procs
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".tools" / "bin"
@@ -41,10 +42,7 @@ RECONCILER_TOKEN = "plnt-test-reconciler"
 RECONCILER_USER = "system:serviceaccount:plnt-system:plnt-reconciler"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = procs.free_port  # never the same port twice in one test process
 
 
 def service_account_key() -> bytes:

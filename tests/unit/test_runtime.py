@@ -104,6 +104,37 @@ def test_a_stopped_function_server_leaves_no_process_running(stop: signal.Signal
         server.wait(timeout=10)
 
 
+def test_a_second_function_server_on_a_port_in_use_fails_to_start() -> None:
+    """gRPC would share the port (SO_REUSEPORT) and the kernel split the callers between the two
+    servers: Crossplane's calls for one function answered by another."""
+    address = f"127.0.0.1:{procs.free_port()}"
+    plnt = pathlib.Path(sys.executable).parent / "plnt"
+    first = subprocess.Popen(
+        [str(plnt), "function", "function-model-replica", "--insecure", "--address", address]
+    )
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        procs.wait_ready(address, first)
+        second = subprocess.Popen(
+            [str(plnt), "function", "function-model-endpoint", "--insecure", "--address", address],
+            stderr=subprocess.PIPE,
+        )
+        _, err = second.communicate(timeout=60)
+        assert second.returncode != 0, err.decode()
+        assert address in err.decode()
+        assert first.poll() is None
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def test_free_port_never_hands_out_the_same_port_twice() -> None:
+    ports = [procs.free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+
+
 def test_plnt_function_requires_a_transport_choice() -> None:
     plnt = pathlib.Path(sys.executable).parent / "plnt"
     proc = subprocess.run(
