@@ -77,12 +77,25 @@ QUOTA_LEDGERS_REQUIREMENT = xp.QUOTA_LEDGERS_REQUIREMENT
 NOTHING_COMPOSED = "nothing is composed"
 
 
-def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
-    rsp = xp.respond(req)
+@dataclass(frozen=True)
+class Inputs:
+    """What the replica renders from: the XR, its cluster, cache and ledgers, what it composed."""
 
-    # --- inputs -------------------------------------------------------------------------------
+    xr: dict[str, Any]
+    spec: ModelReplicaSpec
+    namespace: str
+    cluster: dict[str, Any] | None  # None: no such InferenceCluster
+    cache: dict[str, Any] | None  # the ModelCache of modelCacheRef, if any
+    ledgers: list[dict[str, Any]]  # its cluster's ledger (none or one)
+    quota_ledgers: list[dict[str, Any]]
+    observed: dict[str, Any]  # its composed resources as observed
+
+
+def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    """Inputs, then the decisions (pod policy, binding, cluster), then the desired resources,
+    then status."""
+    rsp = xp.respond(req)
     xr = xp.composite(req)
-    meta = xr.get("metadata") or {}
     spec = xp.parse(ModelReplicaSpec, xr.get("spec") or {}, "spec")
     check_engines(spec.engines, spec.serving)
     serving.check_ports(spec)
@@ -92,7 +105,31 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         hold(rsp, spec, f"{refused}; {NOTHING_COMPOSED}", reason=conditions.TEMPLATE_NOT_PERMITTED)
         xp.warning(rsp, f"{conditions.TEMPLATE_NOT_PERMITTED}: {refused}")
         return rsp
-    namespace = meta.get("namespace") or "default"
+    inputs = read_inputs(req, rsp, xr, spec)
+    if inputs is None:
+        return rsp  # Crossplane calls again with the required resources
+    if not renders(rsp, inputs):
+        return rsp
+    missing = cluster_problem(spec.cluster_name, inputs.cluster)
+    if missing:
+        hold(rsp, spec, missing)
+        return rsp
+    assert inputs.cluster is not None
+    replica, cache_wait = replica_of(rsp, inputs, inputs.cluster.get("status") or {})
+    progress = compose_all(req, rsp, replica, inputs.observed, cache_wait)
+    write_status(rsp, replica, inputs.cluster.get("status") or {}, progress)
+    return rsp
+
+
+def read_inputs(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    xr: dict[str, Any],
+    spec: ModelReplicaSpec,
+) -> Inputs | None:
+    """Requires the cluster, the ModelCache (with modelCacheRef) and the ledgers; None until
+    Crossplane has answered every requirement."""
+    namespace = (xr.get("metadata") or {}).get("namespace") or "default"
     clusters = workload_cluster.pinned_cluster(req, rsp, spec.cluster_name)
     caches: list[dict[str, Any]] | None = []
     if spec.model_cache_ref:
@@ -116,16 +153,29 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     )
     quota_ledgers = xp.require_quota_ledgers(req, rsp)
     if clusters is None or caches is None or ledgers is None or quota_ledgers is None:
-        return rsp  # Crossplane calls again with the required resources
-    cluster = clusters[0] if clusters else None
+        return None
+    return Inputs(
+        xr=xr,
+        spec=spec,
+        namespace=namespace,
+        cluster=clusters[0] if clusters else None,
+        cache=caches[0] if caches else None,
+        ledgers=ledgers,
+        quota_ledgers=quota_ledgers,
+        observed=xp.observed_resources(req),
+    )
 
-    # --- decisions ----------------------------------------------------------------------------
-    observed = xp.observed_resources(req)
-    rendered = own_composed(observed)
-    quotas, unreadable_quotas = ledger_parse.quota_ledgers_in(quota_ledgers)
+
+def renders(rsp: fnv1.RunFunctionResponse, inputs: Inputs) -> bool:
+    """Whether the binder's ledger binds this replica (`plnt.binding.verify`), said as the
+    Bound condition. Unbound, nothing is composed; bound unknown (a ledger that does not
+    read), what it composed before is kept exactly as observed."""
+    spec = inputs.spec
+    rendered = own_composed(inputs.observed)
+    quotas, unreadable_quotas = ledger_parse.quota_ledgers_in(inputs.quota_ledgers)
     bound = binding.verify(
-        xr,
-        cluster_ledger(ledgers, spec.cluster_name, rendered=bool(rendered)),
+        inputs.xr,
+        cluster_ledger(inputs.ledgers, spec.cluster_name, rendered=bool(rendered)),
         quotas,
         unreadable_quotas,
     )
@@ -136,21 +186,24 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     if bound.state == binding.UNKNOWN:
         xp.warning(rsp, f"binding unknown ({bound.reason}): {condition.message}")
         if rendered:
-            keep_as_observed(rsp, spec, xr, rendered)
-            return rsp
+            keep_as_observed(rsp, spec, inputs.xr, rendered)
+            return False
     if bound.state != binding.BOUND:
         hold(rsp, spec, condition.message, reason=binding_reason(bound))
-        return rsp
-    missing = cluster_problem(spec.cluster_name, cluster)
-    if missing:
-        hold(rsp, spec, missing)
-        return rsp
-    assert cluster is not None
-    cluster_status = cluster.get("status") or {}
-    pvc_name, cache_wait = model_cache(spec, caches[0] if caches else None, namespace)
+        return False
+    return True
+
+
+def replica_of(
+    rsp: fnv1.RunFunctionResponse, inputs: Inputs, cluster_status: dict[str, Any]
+) -> tuple[Replica, str | None]:
+    """The replica as its builders see it, and what its ModelCache keeps waiting, if anything;
+    warns of pools the cluster does not report and of cache settings the spec overrides."""
+    spec, meta = inputs.spec, inputs.xr.get("metadata") or {}
+    pvc_name, cache_wait = model_cache(spec, inputs.cache, inputs.namespace)
     replica = Replica(
         name=meta["name"],
-        namespace=namespace,
+        namespace=inputs.namespace,
         spec=spec,
         provider_config=cluster_status["providerConfigRef"]["name"],
         deployment=(meta.get("labels") or {}).get(labels.DEPLOYMENT),
@@ -158,8 +211,17 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     )
     for warning in [*unknown_pools(spec, cluster_status), *cache_overrides(spec)]:
         xp.warning(rsp, warning)
+    return replica, cache_wait
 
-    # --- desired resources --------------------------------------------------------------------
+
+def compose_all(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    replica: Replica,
+    observed: dict[str, Any],
+    cache_wait: str | None,
+) -> list[EngineProgress]:
+    """Desired resources: the Namespace, every engine's workload, the serving surface."""
     compose(
         rsp,
         replica,
@@ -170,14 +232,23 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     )
     progress = [
         compose_engine(req, rsp, replica, observed, engine, cache_wait=cache_wait)
-        for engine in spec.engines
+        for engine in replica.spec.engines
     ]
     for key, manifest in serving.surface(replica).items():
         compose(rsp, replica, observed, f"serving-{key}", manifest)
-    if any(pods.resource_name(e) in rsp.desired.resources for e in spec.engines):
+    if any(pods.resource_name(e) in rsp.desired.resources for e in replica.spec.engines):
         rsp.meta.ttl.FromMilliseconds(int(PODS_TTL_S * 1000))  # the pods' Objects, read again
+    return progress
 
-    # --- status -------------------------------------------------------------------------------
+
+def write_status(
+    rsp: fnv1.RunFunctionResponse,
+    replica: Replica,
+    cluster_status: dict[str, Any],
+    progress: list[EngineProgress],
+) -> None:
+    """The endpoint, each engine's status, WorkloadsReady, and a Warning per engine whose pods
+    cannot be scheduled (Crossplane makes a Warning result an event on the XR)."""
     xp.set_status(
         rsp,
         {
@@ -190,8 +261,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     xp.set_conditions(rsp, workloads_condition(progress))
     for p in progress:
         if p.unschedulable and p.wait:
-            xp.warning(rsp, p.wait)  # Crossplane makes a Warning result an event on the XR
-    return rsp
+            xp.warning(rsp, p.wait)
 
 
 # How soon the function asks to be called again while it watches an engine's pods
