@@ -40,6 +40,7 @@ Design choices:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -63,16 +64,74 @@ ENDPOINTS_REFUSED = "EndpointsRefused"  # Routed reason: endpoints exist, none m
 ROUTES_REQUIREMENT = "httproutes"  # every HTTPRoute, for overlaps with other namespaces' routes
 
 
+Existing = tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the route is made of: the XR, the grant, the endpoints that may take traffic, the
+    deployments they belong to, the Gateway."""
+
+    meta: dict[str, Any]
+    spec: ModelServiceSpec
+    gateway: dict[str, str]  # the Gateway's name and namespace
+    grant: grants.Grant
+    selected: list[list[dict[str, Any]]]  # per spec.endpoints[] group, its endpoints
+    targets: dict[str, tuple[str, str | None]]  # (URL, rewrite) per endpoint name
+    refused: dict[str, str]  # why each refused endpoint was refused
+    endpoints: dict[str, dict[str, Any]]  # those that may take traffic, by name
+    deployments: dict[str, dict[str, Any]]
+    held: list[str]  # endpoints of revisions the canary gate has not passed yet
+    gateways: list[dict[str, Any]] | None
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.meta.get("namespace", ""))
+
+
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    """Inputs, then the decisions (the weights, whether the platform grants the route), then
+    the desired resources, then status."""
     rsp = xp.respond(req)
+    inputs = read_inputs(req, rsp)
+    spec, namespace, name = inputs.spec, inputs.namespace, inputs.name
+    integers = decide_weights(rsp, inputs)
+    path = spec.route_path(namespace, name)
+    seen = xp.observed_resources(req)
+    existing = in_cluster.require(req, rsp, spec.service.name, namespace) if spec.service else None
+    refusal = claim_refusal(
+        req, rsp, spec, namespace=namespace, name=name, path=path, grant=inputs.grant,
+        observed_route=seen.get(ROUTE),
+    )  # fmt: skip
+    if refusal is not None:
+        return not_composed(rsp, refusal, path)
+    refs = compose_route(rsp, inputs, integers, path, seen)
+    endpoint = None
+    if spec.service is not None and existing is not None:
+        endpoint = compose_in_cluster(req, rsp, inputs, refs, existing=existing, seen=seen)
+    write_status(rsp, inputs, integers, path, endpoint)
+    xp.set_conditions(
+        rsp,
+        routed_condition(
+            inputs.gateway, inputs.gateways, seen.get(ROUTE), integers,
+            held=inputs.held, refused=inputs.refused,
+        ),
+    )  # fmt: skip
+    return rsp
+
+
+def read_inputs(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> Inputs:
+    """What the platform grants the namespace; the endpoints per selector that may take
+    traffic, the deployments they belong to; the Gateway."""
     xr = xp.composite(req)
     meta = xr.get("metadata") or {}
-    name, namespace = meta.get("name", ""), meta.get("namespace", "")
+    namespace = meta.get("namespace", "")
     spec = xp.parse(ModelServiceSpec, xr.get("spec") or {}, "spec")
     gateway = {"name": spec.gateway_ref.name, "namespace": spec.gateway_ref.namespace}
-
-    # inputs: what the platform grants the namespace; endpoints per selector, the deployments
-    # they belong to, the gateway's address
     grant = grants.require_grant(req, rsp, namespace)
     selected, targets, refused = selected_endpoints(req, rsp, spec, namespace, grant)
     endpoints = {ep["metadata"]["name"]: ep for found in selected for ep in found}
@@ -96,52 +155,79 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         match_name=gateway["name"],
         namespace=gateway["namespace"],
     )
+    return Inputs(
+        meta, spec, gateway, grant, selected, targets, refused, endpoints, deployments, held,
+        gateways,
+    )  # fmt: skip
 
-    # decisions: who gets how much
+
+def decide_weights(rsp: fnv1.RunFunctionResponse, inputs: Inputs) -> dict[str, int]:
+    """Who gets how much: the integer weight of every endpoint (weights.py). While a
+    deployment rolls out, asks to be called again within CANARY_TTL_S."""
+    deployments = inputs.deployments
     groups = [
         weights.Group(group.weight, tuple(_endpoint(ep, deployments) for ep in _sorted(found)))
-        for group, found in zip(spec.endpoints, selected, strict=True)
+        for group, found in zip(inputs.spec.endpoints, inputs.selected, strict=True)
     ]
     canary_percent = {d: _canary_percent(obj) for d, obj in deployments.items()}
     if any(_rolling_out(obj) for obj in deployments.values()):
         rsp.meta.ttl.FromMilliseconds(int(CANARY_TTL_S * 1000))
-    exact = weights.shares(groups, canary_percent)
-    integers = weights.integer_weights(exact)
-    path = spec.route_path(namespace, name)
-    seen = xp.observed_resources(req)
-    existing = in_cluster.require(req, rsp, spec.service.name, namespace) if spec.service else None
-    refusal = claim_refusal(
-        req, rsp, spec, namespace=namespace, name=name, path=path, grant=grant,
-        observed_route=seen.get(ROUTE),
-    )  # fmt: skip
-    if refusal is not None:
-        return not_composed(rsp, refusal, path)
+    return weights.integer_weights(weights.shares(groups, canary_percent))
 
-    # desired resources: a backend per endpoint, one route over them
+
+def compose_route(
+    rsp: fnv1.RunFunctionResponse,
+    inputs: Inputs,
+    integers: dict[str, int],
+    path: str,
+    seen: dict[str, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A backend per endpoint and one route over them; the route's backend refs."""
     refs = []
-    for ep_name in sorted(endpoints):
-        url, rewrite = targets[ep_name]
-        backend = backends.backend_name(name, ep_name)
+    for ep_name in sorted(inputs.endpoints):
+        url, rewrite = inputs.targets[ep_name]
+        backend = backends.backend_name(inputs.name, ep_name)
         for suffix, obj in backends.backend_objects(backend, url, rewrite):
             key = f"{backend}-{suffix}"
             xp.compose(rsp, key, obj, ready=key in seen)
         refs.append(backends.backend_ref(backend, url, rewrite, integers[ep_name]))
-    route = backends.http_route(name, gateway, spec.hostnames, path, refs)
+    route = backends.http_route(inputs.name, inputs.gateway, inputs.spec.hostnames, path, refs)
     xp.compose(rsp, ROUTE, route, ready=_accepted(seen.get(ROUTE)))
-    endpoint = None
-    if spec.service is not None and existing is not None:
-        plan = in_cluster_plan(
-            req, rsp, spec.service.name, meta=meta, gateway=gateway, gateways=gateways,
-            refs=refs, existing=existing, seen=seen,
-        )  # fmt: skip
-        for key, obj in plan.objects.items():
-            ready = _accepted(seen.get(key)) if key == in_cluster.ROUTE else key in seen
-            xp.compose(rsp, key, obj, ready=ready)
-        endpoint = plan.endpoint
-        xp.set_conditions(rsp, plan.condition)
+    return refs
 
-    # status
-    host = spec.hostnames[0] if spec.hostnames else _gateway_address(gateways)
+
+def compose_in_cluster(
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    inputs: Inputs,
+    refs: list[dict[str, Any]],
+    *,
+    existing: Existing,
+    seen: dict[str, dict[str, Any]],
+) -> str | None:
+    """The in-cluster endpoint's objects and its condition; its address, once it has one."""
+    assert inputs.spec.service is not None
+    plan = in_cluster_plan(
+        req, rsp, inputs.spec.service.name, meta=inputs.meta, gateway=inputs.gateway,
+        gateways=inputs.gateways, refs=refs, existing=existing, seen=seen,
+    )  # fmt: skip
+    for key, obj in plan.objects.items():
+        ready = _accepted(seen.get(key)) if key == in_cluster.ROUTE else key in seen
+        xp.compose(rsp, key, obj, ready=ready)
+    xp.set_conditions(rsp, plan.condition)
+    return plan.endpoint
+
+
+def write_status(
+    rsp: fnv1.RunFunctionResponse,
+    inputs: Inputs,
+    integers: dict[str, int],
+    path: str,
+    endpoint: str | None,
+) -> None:
+    """The weights, the path, the deployments' revisions, the URL and in-cluster endpoint."""
+    spec = inputs.spec
+    host = spec.hostnames[0] if spec.hostnames else _gateway_address(inputs.gateways)
     status: dict[str, Any] = {
         "weights": [
             {"endpoint": n, "weight": integers[n], "percent": _percent(integers[n])}
@@ -149,7 +235,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         ],
         "path": path,
         "deployments": [
-            {"name": dep, **_revisions(obj)} for dep, obj in sorted(deployments.items())
+            {"name": dep, **_revisions(obj)} for dep, obj in sorted(inputs.deployments.items())
         ],
     }
     if host:
@@ -157,11 +243,6 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     if endpoint:
         status["endpoint"] = endpoint
     xp.set_status(rsp, status)
-    xp.set_conditions(
-        rsp,
-        routed_condition(gateway, gateways, seen.get(ROUTE), integers, held=held, refused=refused),
-    )
-    return rsp
 
 
 def in_cluster_plan(
@@ -173,7 +254,7 @@ def in_cluster_plan(
     gateway: dict[str, str],
     gateways: list[dict[str, Any]] | None,
     refs: list[dict[str, Any]],
-    existing: tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None],
+    existing: Existing,
     seen: dict[str, dict[str, Any]],
 ) -> in_cluster.Plan:
     """The in-cluster endpoint, checked against every object of its names that exists."""
