@@ -23,6 +23,7 @@ volume replicas mount is never deleted by a fence or quota changed under it, nor
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -44,30 +45,41 @@ AWAITING_RESERVATION = "AwaitingReservation"
 QUOTA_UNKNOWN = "QuotaUnknown"
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """The cache, its cluster, its Namespace and the quota ledgers, as required."""
+
+    meta: dict[str, Any]
+    spec: ModelCacheSpec
+    namespace: str
+    cluster: dict[str, Any] | None  # None: no such InferenceCluster
+    namespace_obj: dict[str, Any] | None
+    quota_ledgers: list[dict[str, Any]]
+
+    @property
+    def cluster_status(self) -> dict[str, Any]:
+        return dict((self.cluster or {}).get("status") or {})
+
+    @property
+    def provider_config(self) -> str | None:
+        return (self.cluster_status.get("providerConfigRef") or {}).get("name")
+
+
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    """Inputs, then the decisions (a reachable cluster, tenancy), then the desired Namespace,
+    PVC and Job, then status."""
     rsp = xp.respond(req)
-
-    # --- inputs -------------------------------------------------------------------------------
-    xr = xp.composite(req)
-    meta = xr.get("metadata") or {}
-    spec = xp.parse(ModelCacheSpec, xr.get("spec") or {}, "spec")
-    name, namespace = meta["name"], meta.get("namespace") or "default"
-    clusters = workload_cluster.pinned_cluster(req, rsp, spec.cluster_name)
-    ns = xp.require(req, rsp, NAMESPACE_REQUIREMENT, "v1", "Namespace", match_name=namespace)
-    quota_ledgers = xp.require_quota_ledgers(req, rsp)
-    if clusters is None or ns is None or quota_ledgers is None:
+    inputs = read_inputs(req, rsp)
+    if inputs is None:
         return rsp
-    status = (clusters[0].get("status") or {}) if clusters else {}
-    provider_config = (status.get("providerConfigRef") or {}).get("name")
-
-    # --- decisions ----------------------------------------------------------------------------
-    if not clusters or not provider_config:
-        why = "not found" if not clusters else "has no providerConfigRef yet"
+    if inputs.cluster is None or not inputs.provider_config:
+        why = "not found" if inputs.cluster is None else "has no providerConfigRef yet"
         xp.set_conditions(
             rsp,
             conditions.waiting(
                 WEIGHTS_STAGED,
-                f"InferenceCluster {spec.cluster_name} {why}: nothing is composed until it is",
+                f"InferenceCluster {inputs.spec.cluster_name} {why}: nothing is composed until "
+                "it is",
                 reason=conditions.MISSING_DEPENDENCY,
             ),
         )
@@ -75,30 +87,68 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         return rsp
     observed = xp.observed_resources(req)
     held_back = tenancy_hold(
-        clusters[0],
-        spec,
-        meta,
-        namespace,
+        inputs.cluster,
+        inputs.spec,
+        inputs.meta,
+        inputs.namespace,
+        namespace_obj=inputs.namespace_obj,
+        quota_ledgers=inputs.quota_ledgers,
+    )
+    if held_back is not None:
+        hold(rsp, observed, *held_back)
+        return rsp
+    pvc_name = names.dns_subdomain(inputs.meta["name"], "weights")
+    job, job_status = compose(rsp, inputs, observed, pvc_name)
+    xp.set_status(rsp, {"pvcName": pvc_name})
+    xp.set_conditions(rsp, staged_condition(inputs.spec, job, job_status, pvc_name))
+    return rsp
+
+
+def read_inputs(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> Inputs | None:
+    """None until Crossplane has answered every requirement."""
+    xr = xp.composite(req)
+    meta = xr.get("metadata") or {}
+    spec = xp.parse(ModelCacheSpec, xr.get("spec") or {}, "spec")
+    namespace = meta.get("namespace") or "default"
+    clusters = workload_cluster.pinned_cluster(req, rsp, spec.cluster_name)
+    ns = xp.require(req, rsp, NAMESPACE_REQUIREMENT, "v1", "Namespace", match_name=namespace)
+    quota_ledgers = xp.require_quota_ledgers(req, rsp)
+    if clusters is None or ns is None or quota_ledgers is None:
+        return None
+    return Inputs(
+        meta=meta,
+        spec=spec,
+        namespace=namespace,
+        cluster=clusters[0] if clusters else None,
         namespace_obj=ns[0] if ns else None,
         quota_ledgers=quota_ledgers,
     )
-    if held_back is not None:
-        reason, why = held_back
-        keep_as_observed(rsp, observed)
-        kept = " (what it composed is kept as it is)" if observed else ""
-        xp.set_conditions(
-            rsp, conditions.waiting(WEIGHTS_STAGED, f"{why}: nothing new is composed{kept}", reason)
-        )
-        xp.warning(rsp, f"{reason}: {why}")
-        xp.set_composite_ready(rsp, False)
-        return rsp
-    storage_class = spec.storage_class_name or (status.get("cache") or {}).get("storageClassName")
-    pvc_name = names.dns_subdomain(name, "weights")
 
-    # --- desired resources --------------------------------------------------------------------
+
+def hold(rsp: fnv1.RunFunctionResponse, observed: dict[str, Any], reason: str, why: str) -> None:
+    """Tenancy holds the cache back: nothing new, what it composed kept, a Warning."""
+    keep_as_observed(rsp, observed)
+    kept = " (what it composed is kept as it is)" if observed else ""
+    xp.set_conditions(
+        rsp, conditions.waiting(WEIGHTS_STAGED, f"{why}: nothing new is composed{kept}", reason)
+    )
+    xp.warning(rsp, f"{reason}: {why}")
+    xp.set_composite_ready(rsp, False)
+
+
+def compose(
+    rsp: fnv1.RunFunctionResponse, inputs: Inputs, observed: dict[str, Any], pvc_name: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Namespace, the PVC and the staging Job on the cluster; the Job and its observed
+    status."""
+    spec, name, namespace = inputs.spec, inputs.meta["name"], inputs.namespace
+    storage_class = spec.storage_class_name or (inputs.cluster_status.get("cache") or {}).get(
+        "storageClassName"
+    )
+
     def obj(manifest: dict[str, Any], **extra: Any) -> dict[str, Any]:
         spec_ = {
-            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": provider_config},
+            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": inputs.provider_config},
             "forProvider": {"manifest": manifest},
             **extra,
         }
@@ -115,30 +165,28 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     xp.compose(rsp, "pvc", obj(pvc), ready=xp.is_ready(observed.get("pvc")))
     job = staging_job(name, namespace, pvc_name, spec.source)
     job_status = observed_status(observed.get("job"))
-    staged = int(job_status.get("succeeded") or 0) >= 1
-    xp.compose(rsp, "job", obj(job), ready=staged)
+    xp.compose(rsp, "job", obj(job), ready=_staged(job_status))
+    return job, job_status
 
-    # --- status -------------------------------------------------------------------------------
-    xp.set_status(rsp, {"pvcName": pvc_name})
+
+def _staged(job_status: dict[str, Any]) -> bool:
+    return int(job_status.get("succeeded") or 0) >= 1
+
+
+def staged_condition(
+    spec: ModelCacheSpec, job: dict[str, Any], job_status: dict[str, Any], pvc_name: str
+) -> xp.Condition:
+    """WeightsStaged: True once the Job succeeded, Failed when it failed, else staging."""
     source = weights.display(spec.source.uri)  # no presigned query or user info in conditions
     failed = next(
         (c for c in job_status.get("conditions") or [] if c.get("type") == "Failed"), None
     )
-    if staged:
-        xp.set_conditions(
-            rsp, conditions.available(WEIGHTS_STAGED, f"{source} staged in {pvc_name}")
-        )
-    elif failed and failed.get("status") == "True":
+    if _staged(job_status):
+        return conditions.available(WEIGHTS_STAGED, f"{source} staged in {pvc_name}")
+    if failed and failed.get("status") == "True":
         message = f"Job {job['metadata']['name']} failed: {failed.get('reason', '')}".rstrip(": ")
-        xp.set_conditions(rsp, conditions.waiting(WEIGHTS_STAGED, message, reason=FAILED))
-    else:
-        xp.set_conditions(
-            rsp,
-            conditions.waiting(
-                WEIGHTS_STAGED, f"Job {job['metadata']['name']} is staging {source}"
-            ),
-        )
-    return rsp
+        return conditions.waiting(WEIGHTS_STAGED, message, reason=FAILED)
+    return conditions.waiting(WEIGHTS_STAGED, f"Job {job['metadata']['name']} is staging {source}")
 
 
 def tenancy_hold(
