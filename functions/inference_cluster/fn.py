@@ -40,6 +40,7 @@ Key choices:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -91,30 +92,11 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     )
 
     # desired resources
-    waiting: list[str] = []
-    held: list[str] = []
-    cluster_ready = True
+    out = Composed()
     if spec.cluster.coreweave is not None:
-        cwc = resources.coreweave_cluster(name, spec.cluster.coreweave, spec, usable)
-        # CKS can't change a pool's instance type (the CoreWeaveCluster XRD refuses it): a class
-        # edited under a running pool keeps the pool as it is, and Provisioned says so
-        held = resources.keep_instance_types(cwc, observed.get(COREWEAVE_CLUSTER), spec)
-        for message in held:
-            xp.warning(rsp, message)
-        cluster_ready = xp.is_ready(observed.get(COREWEAVE_CLUSTER))
-        xp.compose(rsp, COREWEAVE_CLUSTER, cwc, ready=cluster_ready)
-        if not cluster_ready:
-            waiting.append(f"CoreWeaveCluster {namespace}/{name}")
-    for provider, rname in PROVIDER_CONFIGS.items():
-        pc_ready = kubeconfig.published and rname in observed
-        xp.compose(
-            rsp, rname, resources.provider_config(provider, name, kubeconfig), ready=pc_ready
-        )
-    if not kubeconfig.published:
-        waiting.append(f"kubeconfig Secret {kubeconfig}")
-    elif not all(r in observed for r in PROVIDER_CONFIGS.values()):
-        waiting.append(f"ClusterProviderConfigs {name}")
-    waiting += compose_stack(
+        compose_coreweave(rsp, observed, out, spec, usable, name=name, namespace=namespace)
+    compose_provider_configs(rsp, observed, out, name, kubeconfig)
+    out.waiting += compose_stack(
         rsp,
         observed,
         name=name,
@@ -126,27 +108,92 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     # status
     status["providerConfigRef"] = {"name": name}
     xp.set_status(rsp, status)
+    provisioned = provisioned_condition(spec, name, namespace, kubeconfig, out.cluster_ready)
+    write_conditions(rsp, xr, out, provisioned, gateway_address)
+    return rsp
+
+
+@dataclasses.dataclass
+class Composed:
+    """What composing found: what the stack still waits for, the pools held at their instance
+    type, whether the CoreWeaveCluster (if any) is ready."""
+
+    waiting: list[str] = dataclasses.field(default_factory=list)
+    held: list[str] = dataclasses.field(default_factory=list)
+    cluster_ready: bool = True
+
+
+def compose_coreweave(
+    rsp: fnv1.RunFunctionResponse,
+    observed: dict[str, Any],
+    out: Composed,
+    spec: InferenceClusterSpec,
+    usable: dict[str, InferenceClassSpec],
+    *,
+    name: str,
+    namespace: str,
+) -> None:
+    """The CoreWeaveCluster. CKS can't change a pool's instance type (the CoreWeaveCluster XRD
+    refuses it): a class edited under a running pool keeps the pool as it is, and Provisioned
+    says so."""
+    assert spec.cluster.coreweave is not None
+    cwc = resources.coreweave_cluster(name, spec.cluster.coreweave, spec, usable)
+    out.held = resources.keep_instance_types(cwc, observed.get(COREWEAVE_CLUSTER), spec)
+    for message in out.held:
+        xp.warning(rsp, message)
+    out.cluster_ready = xp.is_ready(observed.get(COREWEAVE_CLUSTER))
+    xp.compose(rsp, COREWEAVE_CLUSTER, cwc, ready=out.cluster_ready)
+    if not out.cluster_ready:
+        out.waiting.append(f"CoreWeaveCluster {namespace}/{name}")
+
+
+def compose_provider_configs(
+    rsp: fnv1.RunFunctionResponse,
+    observed: dict[str, Any],
+    out: Composed,
+    name: str,
+    kubeconfig: resources.KubeconfigRef,
+) -> None:
+    """A ClusterProviderConfig per provider, over the cluster's kubeconfig Secret."""
+    for provider, rname in PROVIDER_CONFIGS.items():
+        pc_ready = kubeconfig.published and rname in observed
+        xp.compose(
+            rsp, rname, resources.provider_config(provider, name, kubeconfig), ready=pc_ready
+        )
+    if not kubeconfig.published:
+        out.waiting.append(f"kubeconfig Secret {kubeconfig}")
+    elif not all(r in observed for r in PROVIDER_CONFIGS.values()):
+        out.waiting.append(f"ClusterProviderConfigs {name}")
+
+
+def write_conditions(
+    rsp: fnv1.RunFunctionResponse,
+    xr: dict[str, Any],
+    out: Composed,
+    provisioned: xp.Condition,
+    gateway_address: str,
+) -> None:
+    """Reachable (the binder's probe, with a Warning when not), Provisioned (InstanceTypeHeld
+    while a pool keeps its instance type) and StackReady."""
     reachable = reachable_condition(xr)
     if reachable is not None:
         xp.set_conditions(rsp, reachable)
         if not reachable.status:
             xp.set_composite_ready(rsp, False)
             xp.warning(rsp, f"{reachable.reason}: {reachable.message}")
-    provisioned = provisioned_condition(spec, name, namespace, kubeconfig, cluster_ready)
-    if held:
+    if out.held:
         provisioned = conditions.waiting(
-            conditions.PROVISIONED, "; ".join(held), INSTANCE_TYPE_HELD
+            conditions.PROVISIONED, "; ".join(out.held), INSTANCE_TYPE_HELD
         )
     xp.set_conditions(rsp, provisioned)
-    if waiting:
+    if out.waiting:
         xp.set_conditions(
-            rsp, conditions.waiting(conditions.STACK_READY, "waiting for " + "; ".join(waiting))
+            rsp, conditions.waiting(conditions.STACK_READY, "waiting for " + "; ".join(out.waiting))
         )
     else:
         xp.set_conditions(
             rsp, conditions.available(conditions.STACK_READY, f"gateway at {gateway_address}")
         )
-    return rsp
 
 
 # --- inputs ---------------------------------------------------------------------------
