@@ -96,17 +96,9 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         waiting.append(access.waiting)
 
     if access.kubeconfig_b64 is not None:
-        compose_in_cluster(rsp, pools, n, observed, access.kubeconfig_b64)
-        status["secrets"] = [
-            {"name": n.kubeconfig_secret, "key": r.KUBECONFIG_KEY, "type": "Kubeconfig"}
-        ]
-        unready_pools = [p["name"] for p in status["nodePools"] if not p["ready"]]
-        if unready_pools:
-            waiting.append(f"node pools: {', '.join(unready_pools)}")
-        if STORAGE_CLASS in rsp.desired.resources:
-            status["cache"] = {"storageClassName": r.MODEL_CACHE_STORAGE_CLASS}
-        if not _ready(observed, STORAGE_CLASS):
-            waiting.append(f"the {r.MODEL_CACHE_STORAGE_CLASS} StorageClass")
+        waiting += compose_inside(
+            rsp, pools, n, observed, kubeconfig_b64=access.kubeconfig_b64, status=status
+        )
     for i, pool in enumerate(spec.node_pools):
         if pool.autoscaled and pool.min_node_count == 0:
             xp.warning(rsp, f"spec.nodePools[{i}].minNodeCount 0 is raised to 1 (see the API docs)")
@@ -116,30 +108,53 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
 
     # --- status
     xp.set_status(rsp, status)
-    if refused:
-        xp.set_conditions(
-            rsp,
-            conditions.waiting(
-                conditions.PROVISIONED, "; ".join(refused + waiting), conditions.INVALID_SPEC
-            ),
-        )
-    elif access.problem:
-        xp.set_conditions(
-            rsp,
-            conditions.waiting(
-                conditions.PROVISIONED,
-                f"cannot build the kubeconfig: {access.problem}",
-                conditions.MISSING_DEPENDENCY,
-            ),
-        )
-    elif waiting:
-        message = "; ".join(f"waiting for {w}" for w in waiting)
-        xp.set_conditions(rsp, conditions.waiting(conditions.PROVISIONED, message))
-    else:
-        xp.set_conditions(
-            rsp, conditions.available(conditions.PROVISIONED, "CKS cluster and node pools ready")
-        )
+    xp.set_conditions(rsp, provisioned_condition(refused, access, waiting))
     return rsp
+
+
+def compose_inside(
+    rsp: fnv1.RunFunctionResponse,
+    pools: list[NodePool],
+    n: r.Names,
+    observed: dict[str, dict[str, Any]],
+    *,
+    kubeconfig_b64: str,
+    status: dict[str, Any],
+) -> list[str]:
+    """Stage 2, once the cluster is reachable: what lives inside it (compose_in_cluster), its
+    kubeconfig Secret and StorageClass in `status`; what it still waits for."""
+    compose_in_cluster(rsp, pools, n, observed, kubeconfig_b64)
+    status["secrets"] = [
+        {"name": n.kubeconfig_secret, "key": r.KUBECONFIG_KEY, "type": "Kubeconfig"}
+    ]
+    waiting: list[str] = []
+    unready_pools = [p["name"] for p in status["nodePools"] if not p["ready"]]
+    if unready_pools:
+        waiting.append(f"node pools: {', '.join(unready_pools)}")
+    if STORAGE_CLASS in rsp.desired.resources:
+        status["cache"] = {"storageClassName": r.MODEL_CACHE_STORAGE_CLASS}
+    if not _ready(observed, STORAGE_CLASS):
+        waiting.append(f"the {r.MODEL_CACHE_STORAGE_CLASS} StorageClass")
+    return waiting
+
+
+def provisioned_condition(refused: list[str], access: Access, waiting: list[str]) -> xp.Condition:
+    """Provisioned: an invalid spec first, then a kubeconfig that cannot be built, then what it
+    waits for."""
+    if refused:
+        return conditions.waiting(
+            conditions.PROVISIONED, "; ".join(refused + waiting), conditions.INVALID_SPEC
+        )
+    if access.problem:
+        return conditions.waiting(
+            conditions.PROVISIONED,
+            f"cannot build the kubeconfig: {access.problem}",
+            conditions.MISSING_DEPENDENCY,
+        )
+    if waiting:
+        message = "; ".join(f"waiting for {w}" for w in waiting)
+        return conditions.waiting(conditions.PROVISIONED, message)
+    return conditions.available(conditions.PROVISIONED, "CKS cluster and node pools ready")
 
 
 # --- decisions -------------------------------------------------------------------------
