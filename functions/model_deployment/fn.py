@@ -41,6 +41,7 @@ no revision has passed the gate: nothing serves yet.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -226,7 +227,7 @@ class Inputs:
     fleet: list[scheduler.PlacedReplica]
     counted: frozenset[tuple[str, str]]
 
-    @property
+    @functools.cached_property
     def clusters(self) -> dict[str, fleet_model.Cluster]:
         return {c.name: c for c in self.snapshot.clusters}
 
@@ -426,7 +427,6 @@ def compose(
     """Desired resources: per revision, its kept replicas as they are and its new ones, each
     with its endpoint where its cluster routes (`_compose_replica`)."""
     out = Composed()
-    clusters = inputs.clusters
     for rev, sched in decided.schedules.items():
         new_names = rep.fresh_names(inputs.name, rev, inputs.own, len(sched.placed))
         replicas = [(r.name, rep.pinned_replica(inputs.own[r.name])) for r in sched.kept]
@@ -445,18 +445,8 @@ def compose(
             for replica, p in zip(new_names, sched.placed, strict=True)
         ]
         _mark_replacements(sched, inputs.own, replicas[len(sched.kept) :])
-        for replica, obj in sorted(replicas, key=lambda r: r[0]):
-            _compose_replica(
-                req,
-                rsp,
-                out,
-                obj=obj,
-                rev=rev,
-                seen=inputs.own.get(replica),
-                clusters=clusters,
-                deployment=inputs.name,
-                namespace=inputs.namespace,
-            )
+        for _, obj in sorted(replicas, key=lambda r: r[0]):
+            _compose_replica(req, rsp, out, inputs, obj=obj, rev=rev)
     return out
 
 
@@ -788,16 +778,15 @@ def _compose_replica(
     req: fnv1.RunFunctionRequest,
     rsp: fnv1.RunFunctionResponse,
     out: Composed,
+    inputs: Inputs,
     *,
     obj: dict[str, Any],
     rev: str,
-    seen: dict[str, Any] | None,
-    clusters: Mapping[str, fleet_model.Cluster],
-    deployment: str,
-    namespace: str,
 ) -> None:
     """One replica's ModelReplica and, on a Ready cluster with a gateway address, endpoint."""
     meta = obj["metadata"]
+    seen = inputs.own.get(meta["name"])
+    clusters, deployment, namespace = inputs.clusters, inputs.name, inputs.namespace
     replica, cluster_name = meta["name"], obj["spec"].get("clusterName", "")
     if _replaces(obj):
         out.replacing.append((replica, cluster_name, _replaces(obj)))

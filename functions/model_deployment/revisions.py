@@ -92,6 +92,29 @@ def remembered_stable(
     return min(running.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Test:
+    """The current revision under the gate in this run: its verdict, if any, and what every
+    replica of it means."""
+
+    current: str
+    run: str | None
+    verdict: Mapping[str, Any] | None
+    replicas: int
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is not None and self.verdict["verdict"] == contracts.PASS
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict is not None and not self.passed
+
+    @property
+    def every(self) -> dict[str, int]:
+        return {self.current: self.replicas}
+
+
 def plan(
     spec: ModelDeploymentSpec,
     current: str,
@@ -99,6 +122,9 @@ def plan(
     observed_revisions: Counter[str],
     context_verdict: Mapping[str, Any] | None = None,
 ) -> Plan:
+    """Which revisions run with how many replicas: without `spec.canary` the current one alone;
+    else by how the current revision is tested (`_in_place`, `_first_rollout`,
+    `_beside_stable`) and the gate's verdict on it."""
     replicas = spec.replicas
     if spec.canary is None:
         return Plan(current, current, None, {current: replicas}, None, None)
@@ -106,35 +132,50 @@ def plan(
     stable = remembered_stable(status, observed_revisions, current, gated=True)
     # the pipeline context first (this reconcile's verdict), then the observed status
     verdict = contracts.verdict_on(current, run, context_verdict, contracts.gate_at(status))
-    passed = verdict is not None and verdict["verdict"] == contracts.PASS
-    failed = verdict is not None and not passed
-    every = {current: replicas}
-
+    test = _Test(current, run, verdict, replicas)
     if stable == current:
-        if passed or (verdict is None and run is None):
-            return Plan(current, current, None, every, None, verdict, run)
-        if failed:
-            return Plan(current, current, None, every, conditions.FAILED, verdict, run, IN_PLACE)
-        return Plan(
-            current, current, current, every, conditions.AWAITING_VERDICT, None, run, IN_PLACE
-        )
-
+        return _in_place(test)
     if stable is None or observed_revisions.get(stable, 0) == 0:
-        if passed:
-            return Plan(
-                current, current, None, every, conditions.PROMOTED, verdict, run, FIRST_ROLLOUT
-            )
-        if failed:
-            return Plan(current, None, None, {}, conditions.FAILED, verdict, run, FIRST_ROLLOUT)
-        return Plan(
-            current, None, current, every, conditions.AWAITING_VERDICT, None, run, FIRST_ROLLOUT
-        )
+        return _first_rollout(test)
+    return _beside_stable(test, stable, spec.canary.replicas(replicas))
 
-    if passed:
-        return Plan(current, current, None, every, conditions.PROMOTED, verdict, run, BESIDE_STABLE)
-    if failed:
-        return Plan(current, stable, None, {stable: replicas}, conditions.ROLLED_BACK, verdict, run)
-    targets = {stable: replicas, current: spec.canary.replicas(replicas)}
+
+def _in_place(test: _Test) -> Plan:
+    """The stable revision re-tested where it serves: nothing new runs."""
+    current, run, every = test.current, test.run, test.every
+    if test.passed or (test.verdict is None and run is None):
+        return Plan(current, current, None, every, None, test.verdict, run)
+    if test.failed:
+        return Plan(current, current, None, every, conditions.FAILED, test.verdict, run, IN_PLACE)
+    return Plan(current, current, current, every, conditions.AWAITING_VERDICT, None, run, IN_PLACE)
+
+
+def _first_rollout(test: _Test) -> Plan:
+    """No revision serves yet: the first one takes no traffic until it passes."""
+    current, run, every = test.current, test.run, test.every
+    if test.passed:
+        return Plan(
+            current, current, None, every, conditions.PROMOTED, test.verdict, run, FIRST_ROLLOUT
+        )
+    if test.failed:
+        return Plan(current, None, None, {}, conditions.FAILED, test.verdict, run, FIRST_ROLLOUT)
+    return Plan(
+        current, None, current, every, conditions.AWAITING_VERDICT, None, run, FIRST_ROLLOUT
+    )
+
+
+def _beside_stable(test: _Test, stable: str, canary_replicas: int) -> Plan:
+    """A canary beside the stable revision: promoted, rolled back, or measured."""
+    current, run = test.current, test.run
+    if test.passed:
+        return Plan(
+            current, current, None, test.every, conditions.PROMOTED, test.verdict, run,
+            BESIDE_STABLE,
+        )  # fmt: skip
+    if test.failed:
+        targets = {stable: test.replicas}
+        return Plan(current, stable, None, targets, conditions.ROLLED_BACK, test.verdict, run)
+    targets = {stable: test.replicas, current: canary_replicas}
     return Plan(
         current, stable, current, targets, conditions.AWAITING_VERDICT, None, run, BESIDE_STABLE
     )

@@ -208,8 +208,7 @@ def compose_in_cluster(
     """The in-cluster endpoint's objects and its condition; its address, once it has one."""
     assert inputs.spec.service is not None
     plan = in_cluster_plan(
-        req, rsp, inputs.spec.service.name, meta=inputs.meta, gateway=inputs.gateway,
-        gateways=inputs.gateways, refs=refs, existing=existing, seen=seen,
+        req, rsp, inputs, refs=refs, existing=existing, seen=seen
     )  # fmt: skip
     for key, obj in plan.objects.items():
         ready = _accepted(seen.get(key)) if key == in_cluster.ROUTE else key in seen
@@ -248,17 +247,15 @@ def write_status(
 def in_cluster_plan(
     req: fnv1.RunFunctionRequest,
     rsp: fnv1.RunFunctionResponse,
-    service: str,
+    inputs: Inputs,
     *,
-    meta: dict[str, Any],
-    gateway: dict[str, str],
-    gateways: list[dict[str, Any]] | None,
     refs: list[dict[str, Any]],
     existing: Existing,
     seen: dict[str, dict[str, Any]],
 ) -> in_cluster.Plan:
     """The in-cluster endpoint, checked against every object of its names that exists."""
-    namespace = meta.get("namespace", "")
+    assert inputs.spec.service is not None
+    service, namespace = inputs.spec.service.name, inputs.namespace
     services, slices = existing
     httproutes = xp.require(
         req, rsp, ROUTES_REQUIREMENT, backends.GATEWAY_API, "HTTPRoute", match_labels={}
@@ -275,9 +272,8 @@ def in_cluster_plan(
     return in_cluster.plan(
         name=service,
         namespace=namespace,
-        uid=str(meta.get("uid") or ""),
-        gateway=gateway,
-        gateways=gateways,
+        uid=str(inputs.meta.get("uid") or ""),
+        gateway=in_cluster.Gateway(inputs.gateway, inputs.gateways),
         backend_refs=refs,
         existing=candidates,
         httproutes=httproutes or [],

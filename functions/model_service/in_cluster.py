@@ -150,13 +150,21 @@ def endpoint_slice(name: str, address: str, port: int) -> dict[str, Any]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Gateway:
+    """The control-plane Gateway: its name and namespace, and the objects Crossplane found for
+    it (None until it answered; empty when there is no such Gateway)."""
+
+    ref: dict[str, str]
+    found: list[dict[str, Any]] | None
+
+
 def plan(
     *,
     name: str,
     namespace: str,
     uid: str,
-    gateway: dict[str, str],
-    gateways: list[dict[str, Any]] | None,
+    gateway: Gateway,
     backend_refs: list[dict[str, Any]],
     existing: Iterable[tuple[str, dict[str, Any]]],
     httproutes: list[dict[str, Any]],
@@ -181,7 +189,7 @@ def plan(
             ),
         )
     ours = routes.Route(namespace, route_name(name), tuple(hostnames), ("/",), _created(seen))
-    gw = (gateway["namespace"], gateway["name"])
+    gw = (gateway.ref["namespace"], gateway.ref["name"])
     owner = routes.owner(ours, "/", routes.routes_on(gw, httproutes))
     if owner is not None:
         return Plan(
@@ -193,12 +201,12 @@ def plan(
                 routes.ROUTE_CONFLICT,
             ),
         )
-    if gateways is not None and not gateways:
+    if gateway.found is not None and not gateway.found:
         why = f"Gateway {gw[0]}/{gw[1]} not found"
         return Plan({}, None, conditions.waiting(conditions.IN_CLUSTER_ENDPOINT, why))
-    address = gateway_ip(gateways)
+    address = gateway_ip(gateway.found)
     if address is None:
-        said = _first_address(gateways)
+        said = _first_address(gateway.found)
         if said is None:
             why = f"Gateway {gw[0]}/{gw[1]} has no address yet"
             return Plan({}, None, conditions.waiting(conditions.IN_CLUSTER_ENDPOINT, why))
@@ -214,8 +222,8 @@ def plan(
         )
     objects = {
         SERVICE: service(name),
-        SLICE: endpoint_slice(name, address, listener_port(gateways)),
-        ROUTE: backends.http_route(route_name(name), gateway, hostnames, "/", backend_refs),
+        SLICE: endpoint_slice(name, address, listener_port(gateway.found)),
+        ROUTE: backends.http_route(route_name(name), gateway.ref, hostnames, "/", backend_refs),
     }
     serving = SERVICE in seen and SLICE in seen and _accepted(seen.get(ROUTE))
     endpoint = endpoint_of(name, namespace)
