@@ -295,41 +295,54 @@ def verify(
     commits, any of `unreadable_quotas` (which namespaces one covers is in what cannot be
     read). A readable ledger that does not commit the replica decides as usual."""
     meta = obj.get("metadata") or {}
-    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    namespace = meta.get("namespace", "")
+    key = f"{namespace}/{meta.get('name', '')}"
     uid = meta.get("uid", "") or ""
     cluster = (obj.get("spec") or {}).get("clusterName", "")
     claimed = state_of(obj)
-
-    def unknown(problems: Sequence[Unreadable]) -> State:
-        return State(
-            UNKNOWN,
-            claimed.digest,
-            claimed.demand,
-            message="; ".join(p.message for p in problems),
-            reason=problems[0].reason,
-        )
-
     if ledger is not None and not isinstance(ledger, Ledger):
-        return unknown([ledger])
+        return _unknown(claimed, [ledger])
     entry = ledger.entries.get(key) if ledger is not None else None
-    unreserved = [
-        q.quota
-        for q in quotas
-        if meta.get("namespace", "") in q.namespaces
-        and not _reserves(q.entries.get(key), uid, claimed.digest)
-    ]
     if entry is not None and entry.uid == uid and entry.digest == claimed.digest:
         if unreadable_quotas:
-            return unknown(unreadable_quotas)
-        if unreserved:
-            if claimed.state == REFUSED_STATE:
-                return claimed
-            return State(
-                PENDING,
-                claimed.digest,
-                claimed.demand,
-                message=f"awaiting its reservation in InferenceQuota {', '.join(unreserved)}",
-            )
+            return _unknown(claimed, unreadable_quotas)
+        return _committed(claimed, entry, _unreserved(quotas, namespace, key, uid, claimed.digest))
+    raw = ((meta.get("annotations") or {}).get(BINDING)) or ""
+    if not raw:
+        if claimed.state == REFUSED_STATE:
+            return claimed
+        return State(PENDING, claimed.digest, claimed.demand)
+    reason, message = _unbacked(
+        raw, entry, key=key, uid=uid, cluster=cluster, digest=claimed.digest
+    )
+    return State(UNBACKED, claimed.digest, claimed.demand, message=message, reason=reason)
+
+
+def _unreserved(
+    quotas: Sequence[tenancy.QuotaLedger], namespace: str, key: str, uid: str, digest_: str
+) -> list[str]:
+    """The quotas covering the namespace that do not reserve exactly this replica."""
+    return [
+        q.quota
+        for q in quotas
+        if namespace in q.namespaces and not _reserves(q.entries.get(key), uid, digest_)
+    ]
+
+
+def _unknown(claimed: State, problems: Sequence[Unreadable]) -> State:
+    return State(
+        UNKNOWN,
+        claimed.digest,
+        claimed.demand,
+        message="; ".join(p.message for p in problems),
+        reason=problems[0].reason,
+    )
+
+
+def _committed(claimed: State, entry: Entry, unreserved: Sequence[str]) -> State:
+    """A replica its cluster's ledger commits: Bound, unless a quota covering its namespace
+    has not reserved it yet (then Pending, or the binder's refusal)."""
+    if not unreserved:
         return State(
             BOUND,
             claimed.digest,
@@ -338,54 +351,60 @@ def verify(
             over_committed=claimed.over_committed,
             ledger=entry.sequence,
         )
-    raw = ((meta.get("annotations") or {}).get(BINDING)) or ""
-    if not raw:
-        if claimed.state == REFUSED_STATE:
-            return claimed
-        return State(PENDING, claimed.digest, claimed.demand)
+    if claimed.state == REFUSED_STATE:
+        return claimed
+    return State(
+        PENDING,
+        claimed.digest,
+        claimed.demand,
+        message=f"awaiting its reservation in InferenceQuota {', '.join(unreserved)}",
+    )
+
+
+def _unbacked(
+    raw: str, entry: Entry | None, *, key: str, uid: str, cluster: str, digest: str
+) -> tuple[str, str]:
+    """Why a binding annotation the ledger does not back is not honoured: the reason (forged,
+    replayed or stale) and the message, the most specific first."""
     where = f"the ledger of cluster {cluster}"
-
-    def unbacked(reason: str, message: str) -> State:
-        return State(UNBACKED, claimed.digest, claimed.demand, message=message, reason=reason)
-
     try:
         record = BindingRecord.model_validate_json(raw)
     except (ValidationError, ValueError):
-        return unbacked(BINDING_FORGED, f"its {BINDING} annotation is not one the binder writes")
+        return BINDING_FORGED, f"its {BINDING} annotation is not one the binder writes"
     if record.replica and record.replica != key:
-        return unbacked(
+        return (
             BINDING_REPLAYED,
             f"its {BINDING} annotation was written for {record.replica}, not {key}",
         )
     if entry is not None and entry.uid != uid:
-        return unbacked(
+        return (
             BINDING_REPLAYED,
             f"{where} holds {key} for an earlier replica of that name (uid {entry.uid})",
         )
     if record.uid and record.uid != uid:
-        return unbacked(
+        return (
             BINDING_REPLAYED,
             f"its {BINDING} annotation was written for an earlier {key} (uid {record.uid})",
         )
     if record.cluster != cluster:
-        return unbacked(
+        return (
             BINDING_STALE,
             f"its {BINDING} annotation binds it to cluster {record.cluster}, it is pinned to "
             f"{cluster}",
         )
     if entry is not None:
-        return unbacked(
+        return (
             BINDING_STALE,
             f"{where} committed digest {entry.digest}; its spec is now "
-            f"{claimed.digest} (changed after the commit, awaiting the binder)",
+            f"{digest} (changed after the commit, awaiting the binder)",
         )
-    if record.digest != claimed.digest:
-        return unbacked(
+    if record.digest != digest:
+        return (
             BINDING_STALE,
             f"its {BINDING} annotation is for digest {record.digest}, its spec is now "
-            f"{claimed.digest}, and {where} holds no entry for {key}",
+            f"{digest}, and {where} holds no entry for {key}",
         )
-    return unbacked(
+    return (
         BINDING_FORGED,
         f"its {BINDING} annotation claims a commit {where} does not hold: no entry for {key}",
     )
