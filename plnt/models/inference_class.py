@@ -156,30 +156,7 @@ def check(spec: InferenceClassSpec, path: str = "spec") -> None:
         if device.name in seen:
             raise xp.InvalidInput(f"{at}.name", f"duplicate device name {device.name!r}")
         seen.add(device.name)
-        if device.gpu_class is not None and not GPU_CLASS.fullmatch(device.gpu_class):
-            raise xp.InvalidInput(
-                f"{at}.gpuClass", "must be <vendor domain>/<model>, such as amd.com/mi300x"
-            )
-        if device.claim == "DRA" and not device.device_class_name:
-            raise xp.InvalidInput(f"{at}.deviceClassName", "required when claim is DRA")
-        for name, attr in device.attributes.items():
-            where = f"{at}.attributes.{name}"
-            if not QUALIFIED_NAME.fullmatch(name):
-                raise xp.InvalidInput(where, "not a DRA attribute name")
-            if len(attr.kinds_set()) != 1:
-                raise xp.InvalidInput(where, "set exactly one of string, int, bool, version")
-            if attr.version is not None and not SEMVER.fullmatch(attr.version):
-                raise xp.InvalidInput(
-                    f"{where}.version", "must be a semantic version such as 1.2.3"
-                )
-        for name, cap in device.capacity.items():
-            where = f"{at}.capacity.{name}"
-            if not QUALIFIED_NAME.fullmatch(name):
-                raise xp.InvalidInput(where, "not a DRA capacity name")
-            if isinstance(cap.value, str) and not QUANTITY.fullmatch(cap.value):
-                raise xp.InvalidInput(
-                    f"{where}.value", f"{cap.value!r} is not a Kubernetes quantity"
-                )
+        _check_device(device, at)
     if spec.node_resources is not None:
         for name in ("cpu", "memory"):
             value = getattr(spec.node_resources, name)
@@ -195,3 +172,27 @@ def check(spec: InferenceClassSpec, path: str = "spec") -> None:
         raise xp.InvalidInput(
             f"{path}.provisioning.coreweave", "required when provider is CoreWeave"
         )
+
+
+def _check_device(device: Device, at: str) -> None:
+    """One device's gpuClass, deviceClassName, attributes and capacity."""
+    if device.gpu_class is not None and not GPU_CLASS.fullmatch(device.gpu_class):
+        raise xp.InvalidInput(
+            f"{at}.gpuClass", "must be <vendor domain>/<model>, such as amd.com/mi300x"
+        )
+    if device.claim == "DRA" and not device.device_class_name:
+        raise xp.InvalidInput(f"{at}.deviceClassName", "required when claim is DRA")
+    for name, attr in device.attributes.items():
+        where = f"{at}.attributes.{name}"
+        if not QUALIFIED_NAME.fullmatch(name):
+            raise xp.InvalidInput(where, "not a DRA attribute name")
+        if len(attr.kinds_set()) != 1:
+            raise xp.InvalidInput(where, "set exactly one of string, int, bool, version")
+        if attr.version is not None and not SEMVER.fullmatch(attr.version):
+            raise xp.InvalidInput(f"{where}.version", "must be a semantic version such as 1.2.3")
+    for name, cap in device.capacity.items():
+        where = f"{at}.capacity.{name}"
+        if not QUALIFIED_NAME.fullmatch(name):
+            raise xp.InvalidInput(where, "not a DRA capacity name")
+        if isinstance(cap.value, str) and not QUANTITY.fullmatch(cap.value):
+            raise xp.InvalidInput(f"{where}.value", f"{cap.value!r} is not a Kubernetes quantity")

@@ -131,19 +131,8 @@ def decide(
     """
     refuse = refuse or {}
     entries = dict(ledger.entries)
-    changed = False
     committing = ledger.sequence + 1  # the sequence of the write, if this decision makes one
-    by_key = {r.key: r for r in replicas}
-
-    # Entries whose replica is gone, was re-created, or changed what it asks for hold nothing.
-    for key, entry in list(entries.items()):
-        r = by_key.get(key)
-        stale = entry.uid not in alive or (
-            r is not None and (r.uid != entry.uid or r.state.digest != entry.digest)
-        )
-        if stale or (r is None and entry.uid in alive):  # moved to another cluster
-            del entries[key]
-            changed = True
+    changed = _release(entries, replicas, alive)
 
     # Nothing is adopted from a replica's own annotations: a binding the ledger does not hold
     # (forged, copied, or from a lost ledger) is a proposal like any other.
@@ -155,7 +144,6 @@ def decide(
         accounts[pool] = _Closed(accounts[pool])
 
     refused: dict[str, str] = {}
-    bound: list[str] = []
     for r in sorted(replicas, key=lambda r: (r.key not in first, r.created, r.key)):
         if r.key in entries:
             continue
@@ -176,33 +164,8 @@ def decide(
         )
         changed = True
 
-    annotate: dict[str, dict[str, str | None]] = {}
-    for r in replicas:
-        writes: dict[str, str | None] = {}
-        held = entries.get(r.key)
-        if held is not None:
-            bound.append(r.key)
-            value = binding.binding_json(
-                held.digest,
-                ledger.cluster,
-                held.parsed_slots(),
-                held.sequence,
-                replica=r.key,
-                uid=held.uid,
-            )
-            if r.binding_annotation != value:
-                writes[binding.BINDING] = value
-            if r.refused_annotation:
-                writes[binding.REFUSED] = None
-            message = over.get(r.key, "")
-            if r.over_annotation != message:
-                writes[binding.OVER_COMMITTED] = message or None
-        elif r.key in refused:
-            value = binding.refusal_json(r.state.digest, refused[r.key])
-            if r.refused_annotation != value:
-                writes[binding.REFUSED] = value
-        if writes:
-            annotate[r.key] = writes
+    bound = [r.key for r in replicas if r.key in entries]
+    annotate = _annotations(ledger.cluster, replicas, entries, refused, over)
     sequence = committing if changed else ledger.sequence
     return Decision(
         Ledger(cluster=ledger.cluster, sequence=sequence, entries=entries),
@@ -212,6 +175,62 @@ def decide(
         refused,
         over,
     )
+
+
+def _release(entries: dict[str, Entry], replicas: Sequence[Replica], alive: set[str]) -> bool:
+    """Drops the entries whose replica is gone, was re-created, changed what it asks for or
+    moved to another cluster (they hold nothing); whether any was dropped."""
+    by_key = {r.key: r for r in replicas}
+    changed = False
+    for key, entry in list(entries.items()):
+        r = by_key.get(key)
+        stale = entry.uid not in alive or (
+            r is not None and (r.uid != entry.uid or r.state.digest != entry.digest)
+        )
+        if stale or (r is None and entry.uid in alive):  # moved to another cluster
+            del entries[key]
+            changed = True
+    return changed
+
+
+def _annotations(
+    cluster: str,
+    replicas: Sequence[Replica],
+    entries: Mapping[str, Entry],
+    refused: Mapping[str, str],
+    over: Mapping[str, str],
+) -> dict[str, dict[str, str | None]]:
+    """What to write on each replica once the ledger is: the binding of one it holds (and its
+    over-commit), the refusal of one it refused; only what differs from what is there."""
+    annotate: dict[str, dict[str, str | None]] = {}
+    for r in replicas:
+        held = entries.get(r.key)
+        if held is not None:
+            writes = _bound_annotations(cluster, r, held, over.get(r.key, ""))
+        elif r.key in refused:
+            value = binding.refusal_json(r.state.digest, refused[r.key])
+            writes = {binding.REFUSED: value} if r.refused_annotation != value else {}
+        else:
+            writes = {}
+        if writes:
+            annotate[r.key] = writes
+    return annotate
+
+
+def _bound_annotations(
+    cluster: str, r: Replica, held: Entry, over_message: str
+) -> dict[str, str | None]:
+    writes: dict[str, str | None] = {}
+    value = binding.binding_json(
+        held.digest, cluster, held.parsed_slots(), held.sequence, replica=r.key, uid=held.uid
+    )
+    if r.binding_annotation != value:
+        writes[binding.BINDING] = value
+    if r.refused_annotation:
+        writes[binding.REFUSED] = None
+    if r.over_annotation != over_message:
+        writes[binding.OVER_COMMITTED] = over_message or None
+    return writes
 
 
 @dataclasses.dataclass
