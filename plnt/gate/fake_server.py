@@ -216,16 +216,9 @@ class FakeServer:
         self.received_ns.append(received_ns)
         self.token_ns.append([])
         self.authorizations.append(request.headers.get("authorization"))
-        if behaviour.api_key and request.headers.get("authorization") != (
-            f"Bearer {behaviour.api_key}"
-        ):
-            return await _send_error(writer, 401, "AuthenticationError", "Unauthorized")
-        model = body.get("model")
-        if behaviour.model and model != behaviour.model:
-            message = f"The model `{model}` does not exist."
-            return await _send_error(writer, 404, "NotFoundError", message)
-        if body.get("stream") is not True:
-            return await _send_error(writer, 400, "BadRequestError", "only stream=true is served")
+        refused = self._refusal(request, body)
+        if refused is not None:
+            return await _send_error(writer, *refused)
         selected = behaviour.fail_requests is None or ordinal in behaviour.fail_requests
         failure = behaviour.failure if selected else None
         if failure == "http-500":
@@ -233,17 +226,42 @@ class FakeServer:
         if failure == "drop":
             writer.transport.abort()
             return False
+        return await self._answer(writer, body, ordinal, received, failure)
+
+    def _refusal(self, request: _Request, body: dict[str, Any]) -> tuple[int, str, str] | None:
+        """The error (status, type, message) an engine answers this request with, or None."""
+        behaviour = self.behaviour
+        if behaviour.api_key and request.headers.get("authorization") != (
+            f"Bearer {behaviour.api_key}"
+        ):
+            return 401, "AuthenticationError", "Unauthorized"
+        model = body.get("model")
+        if behaviour.model and model != behaviour.model:
+            return 404, "NotFoundError", f"The model `{model}` does not exist."
+        if body.get("stream") is not True:
+            return 400, "BadRequestError", "only stream=true is served"
+        return None
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        body: dict[str, Any],
+        ordinal: int,
+        received: float,
+        failure: str | None,
+    ) -> bool:
+        """The streamed answer: the first token after TTFT, one every TPOT, then the end (or
+        the failure `behaviour` asks for)."""
+        behaviour = self.behaviour
         dialect = DIALECTS[behaviour.dialect]
-        include_usage = dialect.usage and bool(
-            (body.get("stream_options") or {}).get("include_usage")
-        )
         max_tokens = body.get("max_tokens")
         tokens = behaviour.tokens
         if isinstance(max_tokens, int) and max_tokens < tokens:
             tokens = max_tokens
         stream = _Stream(
-            writer, str(model), f"chatcmpl-fake-{ordinal}", self.token_ns[ordinal], dialect
-        )
+            writer, str(body.get("model")), f"chatcmpl-fake-{ordinal}", self.token_ns[ordinal],
+            dialect,
+        )  # fmt: skip
         await stream.headers()
         if failure == "hang":
             await asyncio.Event().wait()  # until the client disconnects and stop() cancels us
@@ -251,14 +269,7 @@ class FakeServer:
         if failure == "empty":
             tokens, cut = 0, False
         # Every token's bytes are built before the first is due: a huge chunk leaves on time.
-        chunks = []
-        for k in range(tokens):
-            finish = "length" if cut and k == tokens - 1 and not dialect.finish_apart else None
-            text = _WORDS[k % len(_WORDS)] + " "
-            if k == 0 and behaviour.first_token_bytes > len(text):
-                text = text.ljust(behaviour.first_token_bytes, "x")
-            with_role = k == 0 and dialect.role_with_first_token
-            chunks.append(stream.token(text, finish, with_role=with_role))
+        chunks = self._chunks(stream, tokens, cut=cut)
         await stream.wait_until(received + behaviour.ttft_ms / 1000, behaviour.keepalive_ms)
         if not dialect.role_with_first_token:
             await stream.role()
@@ -272,6 +283,29 @@ class FakeServer:
             await stream.write_token(chunk)
             if k == min(2, tokens - 1) and failure in FAILS_MID_STREAM:
                 return await stream.fail(failure)
+        return await self._end(stream, body, tokens, cut=cut, failure=failure)
+
+    def _chunks(self, stream: _Stream, tokens: int, *, cut: bool) -> list[bytes]:
+        """Every token's HTTP chunk: words, the first padded to `first_token_bytes`."""
+        behaviour, dialect = self.behaviour, stream.dialect
+        chunks = []
+        for k in range(tokens):
+            finish = "length" if cut and k == tokens - 1 and not dialect.finish_apart else None
+            text = _WORDS[k % len(_WORDS)] + " "
+            if k == 0 and behaviour.first_token_bytes > len(text):
+                text = text.ljust(behaviour.first_token_bytes, "x")
+            with_role = k == 0 and dialect.role_with_first_token
+            chunks.append(stream.token(text, finish, with_role=with_role))
+        return chunks
+
+    async def _end(
+        self, stream: _Stream, body: dict[str, Any], tokens: int, *, cut: bool, failure: str | None
+    ) -> bool:
+        """The finish reason, the usage (when asked and the dialect has it) and [DONE]."""
+        dialect = stream.dialect
+        include_usage = dialect.usage and bool(
+            (body.get("stream_options") or {}).get("include_usage")
+        )
         if not cut or dialect.finish_apart:
             await stream.finish("length" if cut else "stop")
         if include_usage:
