@@ -286,21 +286,36 @@ def parse_type(raw: bytes) -> tuple:
         return (kind,)  # type parameters compare by kind only, as in IsEquivalentType
     if kind in ("prim", "wrapper", "well_known"):
         return (kind, value)
-    if kind == "message":
-        return ("message", w.as_bytes(value).decode())
-    if kind == "type":
-        return ("type", parse_type(w.as_bytes(value)))
-    if kind == "other":
-        return ("other", number, value)
+    parse = _NESTED_TYPES.get(kind)
+    if parse is None:
+        return ("other", number, value)  # function types
+    return parse(value)
+
+
+def _list_type(value: Leaf) -> tuple:
     parts = w.decode(w.as_bytes(value))
-    if kind == "list":
-        return ("list", parse_type(w.first_bytes(parts, 1)))
-    if kind == "map":
-        return ("map", parse_type(w.first_bytes(parts, 1)), parse_type(w.first_bytes(parts, 2)))
-    if kind == "abstract":
-        params = tuple(parse_type(p) for p in w.every_bytes(parts, 2))
-        return ("abstract", w.first_bytes(parts, 1).decode(), *params)
-    return ("other", number, value)  # function types
+    return ("list", parse_type(w.first_bytes(parts, 1)))
+
+
+def _map_type(value: Leaf) -> tuple:
+    parts = w.decode(w.as_bytes(value))
+    return ("map", parse_type(w.first_bytes(parts, 1)), parse_type(w.first_bytes(parts, 2)))
+
+
+def _abstract_type(value: Leaf) -> tuple:
+    parts = w.decode(w.as_bytes(value))
+    params = tuple(parse_type(p) for p in w.every_bytes(parts, 2))
+    return ("abstract", w.first_bytes(parts, 1).decode(), *params)
+
+
+# The kinds of type that hold a value to decode further, each with its decoder.
+_NESTED_TYPES: dict[str, Callable[[Leaf], tuple]] = {
+    "message": lambda value: ("message", w.as_bytes(value).decode()),
+    "type": lambda value: ("type", parse_type(w.as_bytes(value))),
+    "list": _list_type,
+    "map": _map_type,
+    "abstract": _abstract_type,
+}
 
 
 def _literals(node: Node, exempt: bool = False):
