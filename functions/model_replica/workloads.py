@@ -121,26 +121,9 @@ def _container(
 def pod_template(replica: Replica, engine: ReplicaEngine, member: ReplicaMember) -> dict[str, Any]:
     """The member's pod template: the user's containers plus everything plnt injects."""
     template = member.template
-    engine_container = template.engine
-    http_port = engine_container.http_port()
-    has_claim = bool(member.device_requests)
-    engine_extra: dict[str, Any] = {}
-    if has_claim:
-        engine_extra["resources"] = {"claims": [{"name": CLAIM_NAME}]}
-    if member.serves or any(p.name == "http" for p in engine_container.ports or []):
-        # A Worker rank serves nothing unless it says so with a port named http.
-        engine_extra["readinessProbe"] = {
-            "httpGet": {"path": READINESS_PATH, "port": http_port},
-            "periodSeconds": 10,
-            "failureThreshold": 3,
-        }
+    http_port = template.engine.http_port()
     stage = None if replica.spec.model_cache_ref else staging.of(engine, member)
-    if replica.pvc_name:
-        engine_extra["volumeMounts"] = [
-            {"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_MOUNT, "readOnly": True}
-        ]
-    elif stage:
-        engine_extra["volumeMounts"] = [staging.engine_mount(stage)]
+    engine_extra = _engine_extra(replica, member, stage, http_port)
     rank_env = _rank_env(engine.is_gang)
     containers = [
         _container(
@@ -164,30 +147,69 @@ def pod_template(replica: Replica, engine: ReplicaEngine, member: ReplicaMember)
         spec["initContainers"] = init_containers
     if template.image_pull_secrets:
         spec["imagePullSecrets"] = [s.dump() for s in template.image_pull_secrets]
-    if has_claim:
-        spec["resourceClaims"] = [
+    spec |= _claims_and_volumes(replica, engine, member, stage)
+    return {"metadata": _pod_metadata(replica, engine, member), "spec": spec}
+
+
+def _engine_extra(
+    replica: Replica, member: ReplicaMember, stage: staging.Staging | None, http_port: int
+) -> dict[str, Any]:
+    """What plnt adds to the engine container: its device claim, a readiness probe where it
+    serves, and the weights' mount (the ModelCache's, else the staged volume's)."""
+    extra: dict[str, Any] = {}
+    if member.device_requests:
+        extra["resources"] = {"claims": [{"name": CLAIM_NAME}]}
+    if member.serves or any(p.name == "http" for p in member.template.engine.ports or []):
+        # A Worker rank serves nothing unless it says so with a port named http.
+        extra["readinessProbe"] = {
+            "httpGet": {"path": READINESS_PATH, "port": http_port},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        }
+    if replica.pvc_name:
+        extra["volumeMounts"] = [
+            {"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_MOUNT, "readOnly": True}
+        ]
+    elif stage:
+        extra["volumeMounts"] = [staging.engine_mount(stage)]
+    return extra
+
+
+def _claims_and_volumes(
+    replica: Replica, engine: ReplicaEngine, member: ReplicaMember, stage: staging.Staging | None
+) -> dict[str, Any]:
+    """The pod's resource claim (its devices) and volume (the ModelCache's PVC, else the
+    staged weights')."""
+    out: dict[str, Any] = {}
+    if member.device_requests:
+        out["resourceClaims"] = [
             {
                 "name": CLAIM_NAME,
                 "resourceClaimTemplateName": claim_template_name(replica, engine, member),
             }
         ]
     if replica.pvc_name:
-        spec["volumes"] = [
+        out["volumes"] = [
             {
                 "name": MODEL_CACHE_VOLUME,
                 "persistentVolumeClaim": {"claimName": replica.pvc_name, "readOnly": True},
             }
         ]
     elif stage:
-        spec["volumes"] = [staging.volume()]
+        out["volumes"] = [staging.volume()]
+    return out
 
+
+def _pod_metadata(replica: Replica, engine: ReplicaEngine, member: ReplicaMember) -> dict[str, Any]:
+    """The user's labels and annotations, with plnt's labels over them."""
+    template = member.template
     user_meta = template.metadata.dump() if template.metadata else {}
     metadata: dict[str, Any] = {
         "labels": {**(user_meta.get("labels") or {}), **pod_labels(replica, engine, member)}
     }
     if user_meta.get("annotations"):
         metadata["annotations"] = user_meta["annotations"]
-    return {"metadata": metadata, "spec": spec}
+    return metadata
 
 
 def deployment(replica: Replica, engine: ReplicaEngine) -> dict[str, Any]:
