@@ -49,19 +49,29 @@ def shares(groups: Sequence[Group], canary_percent: Mapping[str, int]) -> dict[s
             by_deployment[ep.deployment if ep.deployment else None].append(ep)
         for deployment, members in by_deployment.items():
             part = group_share * len(members) / len(group.endpoints)
-            canaries = [e for e in members if e.canary]
-            stables = [e for e in members if not e.canary]
-            percent = canary_percent.get(deployment or "", 0)
-            if deployment is None or not canaries or not stables or not percent:
-                for ep in members:
-                    out[ep.name] += part / len(members)
-                continue
-            canary_part = part * Fraction(percent, 100)
-            for ep in canaries:
-                out[ep.name] += canary_part / len(canaries)
-            for ep in stables:
-                out[ep.name] += (part - canary_part) / len(stables)
+            percent = canary_percent.get(deployment or "", 0) if deployment is not None else 0
+            for name, share in _split(members, part, percent).items():
+                out[name] += share
     return dict(out)
+
+
+def _split(members: Sequence[Endpoint], part: Fraction, percent: int) -> dict[str, Fraction]:
+    """One deployment's part of a group over its endpoints: `percent` of it to the canary
+    endpoints and the rest to the stable ones, each side evenly; evenly over all of them
+    when there is no canary percent or only one side."""
+    canaries = [e for e in members if e.canary]
+    stables = [e for e in members if not e.canary]
+    out: dict[str, Fraction] = defaultdict(Fraction)
+    if not canaries or not stables or not percent:
+        for ep in members:
+            out[ep.name] += part / len(members)
+        return out
+    canary_part = part * Fraction(percent, 100)
+    for ep in canaries:
+        out[ep.name] += canary_part / len(canaries)
+    for ep in stables:
+        out[ep.name] += (part - canary_part) / len(stables)
+    return out
 
 
 def integer_weights(exact: Mapping[str, Fraction], total: int = TOTAL) -> dict[str, int]:
