@@ -59,37 +59,7 @@ def cluster_of(obj: Mapping[str, Any]) -> Cluster:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or []
     )
-    # A pool without a name cannot be pinned to, so it offers nothing.
-    spec_pools = [
-        p
-        for p in (obj.get("spec") or {}).get("nodePools") or []
-        if isinstance(p, Mapping) and p.get("name")
-    ]
-    if status.get("pools"):
-        sized = [
-            (p["name"], p.get("className") or "", int(p.get("nodeCapacity") or 0))
-            for p in status["pools"]
-            if p.get("name")
-        ]
-    else:
-        sized = [
-            (
-                p["name"],
-                p.get("className") or "",
-                int(p.get("maxNodeCount") or p.get("nodeCount") or 0),
-            )
-            for p in spec_pools
-        ]
-    # Capacity follows the nodes that exist: each pool capped by what the binder last counted
-    # on the workload cluster.
-    autoscaled = {p["name"] for p in spec_pools if p.get("maxNodeCount") is not None}
-    counted = pool_nodes.record_of(obj)
-    pools, reduced = [], {}
-    for name, class_name, nodes in sized:
-        offered, why = pool_nodes.cap(nodes, name in autoscaled, counted, name)
-        pools.append(Pool(name, class_name, offered))
-        if why:
-            reduced[name] = why
+    pools, reduced = _pools(obj)
     gateway = status.get("gateway")
     gateway = gateway.get("address") if isinstance(gateway, dict) else None
     return Cluster(
@@ -102,6 +72,43 @@ def cluster_of(obj: Mapping[str, Any]) -> Cluster:
         degraded=degraded,
         reduced=reduced,
     )
+
+
+def _pools(obj: Mapping[str, Any]) -> tuple[list[Pool], dict[str, str]]:
+    """The cluster's pools as it reports them (else as its spec will: maxNodeCount, else
+    nodeCount), each capped by the nodes the binder last counted on the workload cluster
+    (capacity follows the nodes that exist); and why each capped pool offers fewer."""
+    status = obj.get("status") or {}
+    # A pool without a name cannot be pinned to, so it offers nothing.
+    spec_pools = [
+        p
+        for p in (obj.get("spec") or {}).get("nodePools") or []
+        if isinstance(p, Mapping) and p.get("name")
+    ]
+    sized = _sized(status.get("pools"), spec_pools)
+    autoscaled = {p["name"] for p in spec_pools if p.get("maxNodeCount") is not None}
+    counted = pool_nodes.record_of(obj)
+    pools, reduced = [], {}
+    for name, class_name, nodes in sized:
+        offered, why = pool_nodes.cap(nodes, name in autoscaled, counted, name)
+        pools.append(Pool(name, class_name, offered))
+        if why:
+            reduced[name] = why
+    return pools, reduced
+
+
+def _sized(reported: Any, spec_pools: list[Mapping[str, Any]]) -> list[tuple[str, str, int]]:
+    """(name, class, nodes) per pool: as `status.pools` reports them, else as the spec will."""
+    if reported:
+        return [
+            (p["name"], p.get("className") or "", int(p.get("nodeCapacity") or 0))
+            for p in reported
+            if p.get("name")
+        ]
+    return [
+        (p["name"], p.get("className") or "", int(p.get("maxNodeCount") or p.get("nodeCount") or 0))
+        for p in spec_pools
+    ]
 
 
 def class_shape(cls: Mapping[str, Any] | None) -> capacity.Shape:
