@@ -85,27 +85,37 @@ def replica_demand(
         copies = int(engine.get("copies") or 1)
         for member in engine.get("members") or []:
             pool = str(member.get("nodePoolName") or "")
-            shape = shapes.get(pool) or capacity.Shape(())
-            role = member.get("role") or "Standalone"
-            pods = int((member.get("worker") or {}).get("nodes") or 1) if role == "Worker" else 1
-            if not shape.offers:  # its class is unknown: what a pod asks is too; a whole node
-                if member.get("deviceRequests"):
-                    out[pool] = (*out.get(pool, ()), capacity.Pods(pods * copies, (), True))
-                continue
-            devices: dict[str, int] = {}
-            for request in member.get("deviceRequests") or []:
-                count = int(request.get("count") or 1)
-                key = dra_device(shape, str(request.get("deviceClassName") or ""), count)
-                devices[key] = devices.get(key, 0) + count
-            if not devices:
-                devices = {key: synthetic_charge(shape, key) for key in shape.synthetic}
-            if not devices:
-                continue  # it asks for no device: it costs nothing, as the scheduler counts it
-            containers = ((member.get("template") or {}).get("spec") or {}).get("containers")
-            cpu, memory = pod_resources(c.get("resources") for c in containers or [])
-            vector = pod_vector(devices, cpu, memory, shape)
-            out[pool] = (
-                *out.get(pool, ()),
-                capacity.Pods(pods * copies, vector, role in GANG_ROLES),
-            )
+            pods = member_pods(member, shapes.get(pool) or capacity.Shape(()), copies)
+            if pods is not None:
+                out[pool] = (*out.get(pool, ()), pods)
     return out
+
+
+def member_pods(
+    member: Mapping[str, Any], shape: capacity.Shape, copies: int
+) -> capacity.Pods | None:
+    """The pods of one member on a pool of `shape` and what each asks of one node; None when
+    it asks for no device (it costs nothing, as the scheduler counts it). On a pool whose class
+    is unknown, what a pod asks is too: a whole node each."""
+    role = member.get("role") or "Standalone"
+    pods = int((member.get("worker") or {}).get("nodes") or 1) if role == "Worker" else 1
+    if not shape.offers:
+        return capacity.Pods(pods * copies, (), True) if member.get("deviceRequests") else None
+    devices = _member_devices(member, shape)
+    if not devices:
+        return None
+    containers = ((member.get("template") or {}).get("spec") or {}).get("containers")
+    cpu, memory = pod_resources(c.get("resources") for c in containers or [])
+    vector = pod_vector(devices, cpu, memory, shape)
+    return capacity.Pods(pods * copies, vector, role in GANG_ROLES)
+
+
+def _member_devices(member: Mapping[str, Any], shape: capacity.Shape) -> dict[str, int]:
+    """What one pod of the member asks of a node's devices: its DRA requests, else the
+    class's Synthetic devices (nothing allocates those: the pool choice is the claim)."""
+    devices: dict[str, int] = {}
+    for request in member.get("deviceRequests") or []:
+        count = int(request.get("count") or 1)
+        key = dra_device(shape, str(request.get("deviceClassName") or ""), count)
+        devices[key] = devices.get(key, 0) + count
+    return devices or {key: synthetic_charge(shape, key) for key in shape.synthetic}
