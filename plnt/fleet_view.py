@@ -277,27 +277,8 @@ def decode(text: str) -> list[ClusterView]:
         }
         out = []
         for name, ready, gateway, ledger, pools, *rest in raw["clusters"]:
-            fleet_pools = []
-            used = _Uses()
-            for entry in pools:
-                if int(entry[1]) < 0:
-                    raise IndexError(f"class index {entry[1]}")
-                pool, cls, nodes = str(entry[0]), classes[int(entry[1])], int(entry[2])
-                fleet_pools.append(fleet.Pool(pool, cls, nodes))
-                if len(entry) > 3:
-                    if not all(_node_use_shaped(u) for u in entry[3]):
-                        raise TypeError(
-                            f"pool {pool}: a used node is not [node, pods, whole, {{...}}]"
-                        )
-                    used.raw[pool] = (nodes, entry[3])
-            closed = ""
-            if rest and type(rest[-1]) is str:
-                closed = rest.pop()
-            fence, own = None, rest
-            if len(rest) == 2 and type(rest[1]) is dict:
-                fence, own = rest[1], rest[:1]
-            if len(own) > 1 or (own and type(own[0]) is not dict):
-                raise TypeError(f"cluster {name}: its own labels are not one map")
+            fleet_pools, used = _decode_pools(pools, classes)
+            closed, fence, own = _decode_rest(name, rest)
             cluster_labels = (
                 {**labels, **{str(k): str(v) for k, v in own[0].items()}} if own else labels
             )
@@ -316,6 +297,36 @@ def decode(text: str) -> list[ClusterView]:
         return out
     except (KeyError, IndexError, TypeError, AttributeError) as err:
         raise ValueError(f"not a fleet view part: {err}") from err
+
+
+def _decode_pools(pools: Any, classes: list[str]) -> tuple[list[fleet.Pool], _Uses]:
+    """A cluster's pools ([name, class index, nodes, used nodes?]) and what is used on them."""
+    fleet_pools = []
+    used = _Uses()
+    for entry in pools:
+        if int(entry[1]) < 0:
+            raise IndexError(f"class index {entry[1]}")
+        pool, cls, nodes = str(entry[0]), classes[int(entry[1])], int(entry[2])
+        fleet_pools.append(fleet.Pool(pool, cls, nodes))
+        if len(entry) > 3:
+            if not all(_node_use_shaped(u) for u in entry[3]):
+                raise TypeError(f"pool {pool}: a used node is not [node, pods, whole, {{...}}]")
+            used.raw[pool] = (nodes, entry[3])
+    return fleet_pools, used
+
+
+def _decode_rest(name: Any, rest: list[Any]) -> tuple[str, Any, list[Any]]:
+    """What follows a cluster's pools, each part optional: its own labels, its fence, and why
+    it is closed: (closed, fence, [own labels] or [])."""
+    closed = ""
+    if rest and type(rest[-1]) is str:
+        closed = rest.pop()
+    fence, own = None, rest
+    if len(rest) == 2 and type(rest[1]) is dict:
+        fence, own = rest[1], rest[:1]
+    if len(own) > 1 or (own and type(own[0]) is not dict):
+        raise TypeError(f"cluster {name}: its own labels are not one map")
+    return closed, fence, own
 
 
 def _node_use_shaped(raw: Any) -> bool:
