@@ -643,20 +643,45 @@ def preview(replicas: list[dict[str, Any]], required: list[dict[str, Any]]) -> P
     the scenario's InferenceClusters, InferenceClasses, Namespaces, InferenceQuotas and other
     ModelReplicas (counted as holding what they ask, first): their annotations and the ledgers
     that commit them, which the ModelReplica function requires to render."""
-    clusters = {o["metadata"]["name"]: o for o in required if o.get("kind") == "InferenceCluster"}
-    classes = {o["metadata"]["name"]: o for o in required if o.get("kind") == "InferenceClass"}
+    clusters = _named(required, "InferenceCluster")
+    classes = _named(required, "InferenceClass")
     namespaces = {
-        o["metadata"]["name"]: (o["metadata"].get("labels") or {})
-        for o in required
-        if o.get("kind") == "Namespace"
+        name: (o["metadata"].get("labels") or {})
+        for name, o in _named(required, "Namespace").items()
     }
     quotas = [o for o in required if o.get("kind") == "InferenceQuota"]
     others = [Replica.of(o) for o in required if o.get("kind") == "ModelReplica"]
     mine = [Replica.of(o) for o in replicas]
     fenced = tenancy_refusals(mine, clusters, namespaces)
     eligible = {r.key for r in [*others, *mine] if r.cluster in clusters} - set(fenced)
+    decided = _preview_quotas(quotas, others, mine, namespaces, eligible)
+    refuse = {**quota_refusals(mine, decided), **fenced}
+    out: dict[str, dict[str, str | None]] = {}
+    configmaps = [tenancy.quota_ledger_configmap(d.ledger, binding.LEDGER_NAMESPACE)
+                  for d in decided]  # fmt: skip
+    for name in sorted({r.cluster for r in mine} & set(clusters)):
+        pools = pools_of(clusters[name], classes)
+        _hold_others(pools, [r for r in others if r.cluster == name])
+        here = [r for r in mine if r.cluster == name]
+        decision = decide(
+            Ledger(cluster=name), here, pools, alive={r.uid for r in here}, refuse=refuse
+        )
+        out.update(decision.annotate)
+        configmaps.append(binding.ledger_configmap(decision.ledger))
+    return Preview(out, configmaps)
+
+
+def _preview_quotas(
+    quotas: list[dict[str, Any]],
+    others: list[Replica],
+    mine: list[Replica],
+    namespaces: Mapping[str, Mapping[str, str]],
+    eligible: set[str],
+) -> list[QuotaDecision]:
+    """Each quota decided from an empty ledger, by name: the other replicas first, then the
+    new ones (as if created after every other)."""
     ordered = [*others, *(dataclasses.replace(r, created="~" + r.created) for r in mine)]
-    decided = [
+    return [
         decide_quota(
             tenancy.QuotaLedger(quota=q["metadata"]["name"]),
             q,
@@ -666,28 +691,23 @@ def preview(replicas: list[dict[str, Any]], required: list[dict[str, Any]]) -> P
         )
         for q in sorted(quotas, key=lambda q: q["metadata"]["name"])
     ]
-    refuse = {**quota_refusals(mine, decided), **fenced}
-    out: dict[str, dict[str, str | None]] = {}
-    configmaps = [tenancy.quota_ledger_configmap(d.ledger, binding.LEDGER_NAMESPACE)
-                  for d in decided]  # fmt: skip
-    for name in sorted({r.cluster for r in mine} & set(clusters)):
-        pools = pools_of(clusters[name], classes)
-        for r in sorted(others, key=lambda r: (r.state.slots is None, r.key)):
-            if r.cluster != name:
+
+
+def _named(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objs if o.get("kind") == kind}
+
+
+def _hold_others(pools: Mapping[str, capacity.Pool], others: list[Replica]) -> None:
+    """Charges a cluster's other replicas, committed ones first: exactly their slots; the
+    others packed by their demand where it still fits."""
+    for r in sorted(others, key=lambda r: (r.state.slots is None, r.key)):
+        for pool, pods in r.demand(pools).items():
+            if pool not in pools:
                 continue
-            for pool, pods in r.demand(pools).items():
-                if pool in pools:
-                    if r.state.slots is not None:
-                        pools[pool].take(r.state.slots.get(pool, ()))
-                    else:
-                        pools[pool].pack_what_fits(pods)
-        here = [r for r in mine if r.cluster == name]
-        decision = decide(
-            Ledger(cluster=name), here, pools, alive={r.uid for r in here}, refuse=refuse
-        )
-        out.update(decision.annotate)
-        configmaps.append(binding.ledger_configmap(decision.ledger))
-    return Preview(out, configmaps)
+            if r.state.slots is not None:
+                pools[pool].take(r.state.slots.get(pool, ()))
+            else:
+                pools[pool].pack_what_fits(pods)
 
 
 def _pack(
