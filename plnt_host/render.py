@@ -360,47 +360,8 @@ def _render_xr(
         for o in observed
     }
 
-    composed = []
-    unready = []
-    for name in sorted(desired.resources):
-        dr = desired.resources[name]
-        if dr.ready != fnv1.READY_TRUE:
-            unready.append(name)
-        obj = xp.to_dict(dr.resource)
-        seen = observed_by_name.get(name)
-        if seen is not None:
-            meta = obj.setdefault("metadata", {})
-            for field in ("name", "namespace", "generateName"):
-                if seen["metadata"].get(field):
-                    meta[field] = seen["metadata"][field]
-        composed.append(_composed_metadata(obj, xr, name))
-
-    out_xr = xp.to_dict(desired.composite.resource)
-    out_xr["apiVersion"] = xr["apiVersion"]
-    out_xr["kind"] = xr["kind"]
-    meta = {"name": xr["metadata"]["name"]}
-    if xr["metadata"].get("namespace"):
-        meta["namespace"] = xr["metadata"]["namespace"]
-    out_xr["metadata"] = meta
-    ready = {"type": "Ready", "status": "True", "reason": "Available"}
-    if desired.composite.ready == fnv1.READY_FALSE:
-        ready = {"type": "Ready", "status": "False", "reason": "Creating"}
-    elif desired.composite.ready == fnv1.READY_UNSPECIFIED and unready:
-        ready = {
-            "type": "Ready",
-            "status": "False",
-            "reason": "Creating",
-            "message": f"Unready resources: {_stable_names(unready)}",
-        }
-    ready["lastTransitionTime"] = CONDITION_TIME
-    status = out_xr.setdefault("status", {})
-    conds: list[dict[str, Any]] = []
-    _set_condition(conds, ready)
-    for c in conditions:
-        if c.type in ("Ready", "Synced", "Healthy"):
-            continue  # system conditions belong to Crossplane
-        _set_condition(conds, _condition(c))
-    status["conditions"] = conds
+    composed, unready = _composed(desired, observed_by_name, xr)
+    out_xr = _rendered_xr(xr, desired.composite, conditions, unready)
 
     rendered = Rendered(
         xr=out_xr,
@@ -438,6 +399,65 @@ def _render_xr(
                 )
             )
     return rendered
+
+
+def _composed(
+    desired: fnv1.State, observed_by_name: dict[Any, dict[str, Any]], xr: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The composed resources by name, named as observed where they exist, and the names of
+    those not ready."""
+    composed = []
+    unready = []
+    for name in sorted(desired.resources):
+        dr = desired.resources[name]
+        if dr.ready != fnv1.READY_TRUE:
+            unready.append(name)
+        obj = xp.to_dict(dr.resource)
+        seen = observed_by_name.get(name)
+        if seen is not None:
+            meta = obj.setdefault("metadata", {})
+            for field in ("name", "namespace", "generateName"):
+                if seen["metadata"].get(field):
+                    meta[field] = seen["metadata"][field]
+        composed.append(_composed_metadata(obj, xr, name))
+    return composed, unready
+
+
+def _rendered_xr(
+    xr: dict[str, Any],
+    composite: fnv1.Resource,
+    conditions: list[fnv1.Condition],
+    unready: list[str],
+) -> dict[str, Any]:
+    """The XR as rendered: the desired composite under the input's identity, with Ready as
+    Crossplane derives it and the functions' conditions but Crossplane's own."""
+    out_xr = xp.to_dict(composite.resource)
+    out_xr["apiVersion"] = xr["apiVersion"]
+    out_xr["kind"] = xr["kind"]
+    meta = {"name": xr["metadata"]["name"]}
+    if xr["metadata"].get("namespace"):
+        meta["namespace"] = xr["metadata"]["namespace"]
+    out_xr["metadata"] = meta
+    ready = {"type": "Ready", "status": "True", "reason": "Available"}
+    if composite.ready == fnv1.READY_FALSE:
+        ready = {"type": "Ready", "status": "False", "reason": "Creating"}
+    elif composite.ready == fnv1.READY_UNSPECIFIED and unready:
+        ready = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "Creating",
+            "message": f"Unready resources: {_stable_names(unready)}",
+        }
+    ready["lastTransitionTime"] = CONDITION_TIME
+    status = out_xr.setdefault("status", {})
+    conds: list[dict[str, Any]] = []
+    _set_condition(conds, ready)
+    for c in conditions:
+        if c.type in ("Ready", "Synced", "Healthy"):
+            continue  # system conditions belong to Crossplane
+        _set_condition(conds, _condition(c))
+    status["conditions"] = conds
+    return out_xr
 
 
 def _preview_binding(
