@@ -339,29 +339,44 @@ class Pool:
         return sum(self.shape.amount(k) - used.get(k, 0) for used in opened.values() for k in asked)
 
     def shortfall(self, pods: Sequence[Pods]) -> str:
-        """Why `pods` do not fit, in the unit that ran out."""
+        """Why `pods` do not fit, in the unit that ran out: the first of a pod larger than a
+        node, too few free nodes for the whole-node pods, no node with room for a pod, too
+        little free in the pool; else they only do not pack."""
+        for why in (self._too_large, self._too_few_nodes, self._no_node_for, self._too_little):
+            said = why(pods)
+            if said:
+                return said
+        return "its pods do not pack onto the free nodes"
+
+    def _too_large(self, pods: Sequence[Pods]) -> str:
         for group in pods:
             for k, v in group.demand:
                 per_node = self.shape.amount(k)
                 if v > per_node:
                     return f"a pod needs {v} {describe(k)}, a node has {per_node}"
+        return ""
+
+    def _too_few_nodes(self, pods: Sequence[Pods]) -> str:
         need_whole = sum(p.count for p in pods if p.whole)
-        if need_whole:
-            free = self.free_nodes()
-            if free < need_whole:
-                return f"not enough free nodes (need {need_whole}, free {free})"
+        free = self.free_nodes() if need_whole else 0
+        if need_whole and free < need_whole:
+            return f"not enough free nodes (need {need_whole}, free {free})"
+        return ""
+
+    def _no_node_for(self, pods: Sequence[Pods]) -> str:
         for group in pods:
             if group.whole:
                 continue
             for k, v in group.demand:
-                per_node = self.shape.amount(k)
-                if v > per_node:
-                    return f"a pod needs {v} {describe(k)}, a node has {per_node}"
                 if self.largest_free(k) < v:
+                    per_node = self.shape.amount(k)
                     return (
                         f"not enough free {describe(k)} (need {v} on one node, "
                         f"{self.free_total(k)} of {self.nodes * per_node} free in the pool)"
                     )
+        return ""
+
+    def _too_little(self, pods: Sequence[Pods]) -> str:
         total: dict[str, int] = {}
         for group in pods:
             for k, v in group.demand:
@@ -370,4 +385,4 @@ class Pool:
             free = self.free_total(k)
             if free < v:
                 return f"not enough free {describe(k)} (need {v}, free {free})"
-        return "its pods do not pack onto the free nodes"
+        return ""
