@@ -183,15 +183,7 @@ def parts(
         labels = shared(members[0].cluster.labels)
         classes = sorted({p.class_name for v in members for p in v.cluster.pools})
         index = {name: i for i, name in enumerate(classes)}
-        chunks: list[list[tuple[str, str]]] = [[]]  # (name, JSON) of each cluster
-        size = 0
-        for v in members:
-            encoded = json.dumps(_encode(v, index), separators=(",", ":"))
-            if chunks[-1] and size + len(encoded) > limit:
-                chunks.append([])
-                size = 0
-            chunks[-1].append((v.cluster.name, encoded))
-            size += len(encoded) + 1
+        chunks = _chunks(members, index, limit)
         notes = _Notes(
             {v.cluster.name: v.cluster.degraded for v in members if v.cluster.degraded},
             {v.cluster.name: v.cluster.reduced for v in members if v.cluster.reduced},
@@ -202,6 +194,23 @@ def parts(
             name = names.dns_subdomain(PART_PREFIX, f"{digest}-{n}")
             out.append(Part(name, {**labels, VIEW_LABEL: "true"}, text, cluster_names, payload))
     return out
+
+
+def _chunks(
+    members: list[ClusterView], index: Mapping[str, int], limit: int
+) -> list[list[tuple[str, str]]]:
+    """The clusters' JSON, (name, JSON) each, in runs of under `limit` bytes (a cluster larger
+    than that alone in its run)."""
+    chunks: list[list[tuple[str, str]]] = [[]]
+    size = 0
+    for v in members:
+        encoded = json.dumps(_encode(v, index), separators=(",", ":"))
+        if chunks[-1] and size + len(encoded) > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append((v.cluster.name, encoded))
+        size += len(encoded) + 1
+    return chunks
 
 
 @dataclasses.dataclass(frozen=True)

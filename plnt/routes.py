@@ -195,21 +195,27 @@ def routes_on(gateway: tuple[str, str], httproutes: Iterable[Mapping[str, Any]])
         if not any(_refers_to(ref, namespace, gateway) for ref in _list(spec.get("parentRefs"))):
             continue
         hostnames = tuple(h for h in _list(spec.get("hostnames")) if isinstance(h, str))
-        paths: list[str | None] = []
-        for rule in _list(spec.get("rules")):
-            matches = _list(rule.get("matches")) if isinstance(rule, dict) else []
-            paths += [_path_of(m) for m in matches] or ["/"]
+        paths = _paths(spec)
         created = meta.get("creationTimestamp")
         out.append(
             Route(
                 namespace,
                 str(meta.get("name") or ""),
                 hostnames,
-                tuple(paths),
+                paths,
                 created if isinstance(created, str) and created else NEWEST,
             )
         )
     return out
+
+
+def _paths(spec: Mapping[str, Any]) -> tuple[str | None, ...]:
+    """Every rule's path matches (a rule without matches matches every path: "/")."""
+    paths: list[str | None] = []
+    for rule in _list(spec.get("rules")):
+        matches = _list(rule.get("matches")) if isinstance(rule, dict) else []
+        paths += [_path_of(m) for m in matches] or ["/"]
+    return tuple(paths)
 
 
 def owner(ours: Route, path: str, others: Iterable[Route]) -> Route | None:
