@@ -489,6 +489,18 @@ class ControlPlane:
         """Where API server ``server`` (mgmt, wl-<cluster>) writes its audit log."""
         return self.dir / "logs" / f"{server}-audit.log"
 
+    def pause_workload(self, name: str, stopped: bool) -> None:
+        """Stops (SIGSTOP) or resumes (SIGCONT) a workload cluster's kube-apiserver, by its
+        process id: it keeps its connections and answers nothing, as a hung API server. The
+        simulator leaves that cluster alone meanwhile (its data plane serves on)."""
+        proc = self.procs.running[f"{self.workloads[name].name}-apiserver"]
+        if stopped:
+            self.simulator.paused.add(name)
+            os.kill(proc.pid, signal.SIGSTOP)
+        else:
+            os.kill(proc.pid, signal.SIGCONT)
+            self.simulator.paused.discard(name)
+
     def workload_for_url(self, url: str) -> APIServer | None:
         for api in self.workloads.values():
             if url.rstrip("/") in (api.url, f"https://localhost:{api.port}"):
