@@ -263,7 +263,7 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
     before = live.wait_for(lambda: _spread(plane, RUN), 300, "the run spread over both")
     degraded = next(n for n, c in before.items() if c == OTHER)
     healthy = next(n for n, c in before.items() if c != OTHER)
-    url = plane.mgmt.get(*WR, RUN, NS)["status"]["endpoint"]
+    url = plane.mgmt.get(*WR, RUN, NS)["status"]["url"]  # through the Gateway, from outside
     # the data plane reads the control plane's routes and backends every half second
     answers = [_answer(url)]
     deadline = time.monotonic() + 60
