@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -29,7 +29,7 @@ import yaml
 
 from functions.model_deployment import replicas as rep
 from functions.model_service import backends
-from plnt import binding
+from plnt import binding, cluster_health
 from tests.e2e import engines, fleet, live, workload
 from tests.e2e.stack import REPO, ControlPlane
 
@@ -41,6 +41,7 @@ MD = (API, "ModelDeployment")
 MR = (API, "ModelReplica")
 ME = (API, "ModelEndpoint")
 IC = (API, "InferenceCluster")
+HEALTH = cluster_health.ANNOTATION
 HTTPROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
 RUN = "llama"
 STEADY = "steady"
@@ -67,11 +68,12 @@ def _steady() -> dict[str, Any]:
     return md
 
 
-def _replicas(plane: ControlPlane, owner: str) -> dict[str, dict[str, Any]]:
+def _replicas(plane: ControlPlane, owner: str | None) -> dict[str, dict[str, Any]]:
+    """`owner`'s ModelReplicas by name (every one in the namespace for None)."""
     return {
         r["metadata"]["name"]: r
         for r in plane.mgmt.list(*MR, namespace=NS)
-        if r["metadata"]["labels"].get("modelplane.ai/deployment") == owner
+        if owner is None or r["metadata"]["labels"].get("modelplane.ai/deployment") == owner
     }
 
 
@@ -120,10 +122,60 @@ def two_clusters(plane: ControlPlane) -> Iterator[None]:
     try:
         yield
     finally:
+        # the fleet as it was, for the files that follow: lab-h100 alone, answering
         plane.pause_workload(OTHER, False)
-        plane.kubectl("delete", "namespace", NS, "--wait=false", check=False)
-        live.wait_for(lambda: not plane.mgmt.list(*MR, namespace=NS), 300, "replicas deleted")
         plane.simulator.engines.policy = policy
+        try:
+            plane.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+            _wait(plane, lambda: not plane.mgmt.list(*MR, namespace=NS), 300, "replicas deleted")
+            _wait(plane, lambda: plane.mgmt.get("v1", "Namespace", NS) is None, 120, f"{NS} gone")
+        finally:
+            plane.kubectl("delete", "inferencecluster", OTHER, "--wait=false", check=False)
+            fleet.wait_in_view(plane, OTHER, ready=False)
+
+
+def _state(plane: ControlPlane) -> str:
+    """The objects the test waits on, for a failure's message."""
+    lines = []
+    cluster = plane.mgmt.get(*IC, OTHER) or {}
+    lines.append(
+        f"{OTHER}: health {(cluster.get('metadata') or {}).get('annotations', {}).get(HEALTH)!r}; "
+        f"conditions {_conditions(cluster)}"
+    )
+    for name, replica in sorted(_replicas(plane, None).items()):
+        meta = replica["metadata"]
+        endpoint = plane.mgmt.get(*ME, name, NS)
+        lines.append(
+            f"replica {name} on {replica['spec'].get('clusterName')}: "
+            f"{binding.state_of(replica).state}, Ready {live.is_true(replica, 'Ready')}, "
+            f"replaces {(meta.get('annotations') or {}).get(rep.REPLACES)!r}, "
+            f"deleting {bool(meta.get('deletionTimestamp'))}, endpoint "
+            f"{'none' if endpoint is None else live.is_true(endpoint, 'Ready')}"
+        )
+    for deployment in plane.mgmt.list(*MD, namespace=NS):
+        lines.append(f"deployment {deployment['metadata']['name']}: {_conditions(deployment)}")
+    for run in plane.mgmt.list(*WR, namespace=NS):
+        phase = (run.get("status") or {}).get("phase")
+        lines.append(f"run {run['metadata']['name']} {phase}: {_conditions(run)}")
+    lines.append(f"routed ({RUN}): {sorted(_routed(plane, RUN))}")
+    return "\n".join(lines)
+
+
+def _conditions(obj: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+        for c in (obj.get("status") or {}).get("conditions") or []
+    ]
+
+
+def _wait(
+    plane: ControlPlane, check: Callable[[], Any], seconds: float, what: str, interval: float = 0.5
+) -> Any:
+    """live.wait_for, failing with the state of what the test waits on."""
+    try:
+        return live.wait_for(check, seconds, what, interval)
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}\n{_state(plane)}") from None
 
 
 class Timeline:
@@ -145,24 +197,37 @@ class Timeline:
 class Requests:
     """Chat completions through the control-plane Gateway to a URL, one every 0.25 s, on a
     thread of its own: how many were sent and, for each that failed, when it was sent (seconds
-    from `start`, the outage) and what came back."""
+    from `start`, the outage), how long it took, what came back, and the replicas whose engine
+    the workload gateways forwarded it to (`forwarded` counts them)."""
 
-    def __init__(self, url: str, start: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        start: float,
+        forwarded: Callable[[], dict[str, int]],
+        data_plane: Callable[[], str],
+    ) -> None:
         self.url = url
         self.sent = 0
         self.start = start
-        self.failed: list[tuple[float, str]] = []
+        self.forwarded = forwarded
+        self.data_plane = data_plane  # what the control-plane Gateway routed by, on a failure
+        self.failed: list[tuple[float, float, str, list[str], str]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            before = self.forwarded()
             at = time.monotonic() - self.start
             outcome = _answer(self.url)
+            took = time.monotonic() - self.start - at
             self.sent += 1
             if outcome != "200":
-                self.failed.append((at, outcome))
+                after = self.forwarded()
+                to = sorted(r for r, n in after.items() if n > before.get(r, 0))
+                self.failed.append((at, took, outcome, to, self.data_plane()))
             self._stop.wait(0.25)
 
     def stop(self) -> None:
@@ -180,6 +245,12 @@ def _answer(url: str) -> str:
     except httpx.HTTPError as e:
         return f"{type(e).__name__}: {e}"
     return str(r.status_code) if "[DONE]" in text else f"{r.status_code} {text[:200]!r}"
+
+
+def _forwarded(plane: ControlPlane) -> dict[str, int]:
+    """Chat completions the workload gateways forwarded to each replica's engine in NS."""
+    counts = plane.simulator.engines.requests
+    return {replica: n for (namespace, replica), n in list(counts.items()) if namespace == NS}
 
 
 def _data_plane(plane: ControlPlane) -> str:
@@ -205,24 +276,27 @@ def _cluster_up(plane: ControlPlane) -> bool:
     return live.is_true(cluster, "Ready") and live.is_true(cluster, "Reachable")
 
 
-@pytest.mark.timeout(900)
+# Setup and teardown count (pytest-timeout): run first, b's setup starts the shared stack and a
+# second cluster; a's teardown deletes the namespace and the cluster (the replicas' workloads on
+# it first).
+@pytest.mark.timeout(1500)
 def test_b_a_short_outage_is_reported_and_moves_nothing(
     plane: ControlPlane, two_clusters: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(_steady()))
-    before = live.wait_for(lambda: _spread(plane, STEADY), 420, "steady spread over both")
+    before = _wait(plane, lambda: _spread(plane, STEADY), 420, "steady spread over both")
     uids = {n: r["metadata"]["uid"] for n, r in _replicas(plane, STEADY).items()}
     degraded = next(n for n, c in before.items() if c == OTHER)
     timeline = Timeline()
     plane.pause_workload(OTHER, True)
     try:
-        live.wait_for(lambda: _cluster_down(plane), 120, f"{OTHER} reported not Ready")
+        _wait(plane, lambda: _cluster_down(plane), 120, f"{OTHER} reported not Ready")
         timeline.mark("not Ready reported", True)
 
         def out_of_routes() -> bool:
             return plane.mgmt.get(*ME, degraded, NS) is None
 
-        live.wait_for(out_of_routes, 60, f"the endpoint of {degraded} removed")
+        _wait(plane, out_of_routes, 60, f"the endpoint of {degraded} removed")
         timeline.mark("endpoint removed", True)
         health = live.condition(plane.mgmt.get(*MD, STEADY, NS), "ClustersHealthy")
         assert (health.get("status"), health.get("reason")) == ("False", "ClusterDegraded")
@@ -231,11 +305,11 @@ def test_b_a_short_outage_is_reported_and_moves_nothing(
     finally:
         plane.pause_workload(OTHER, False)
     resumed = time.monotonic() - timeline.start
-    live.wait_for(lambda: _cluster_up(plane), 120, f"{OTHER} Ready again")
+    _wait(plane, lambda: _cluster_up(plane), 120, f"{OTHER} Ready again")
     timeline.mark("Ready again", True)
-    live.wait_for(lambda: plane.mgmt.get(*ME, degraded, NS) is not None, 120, "endpoint back")
+    _wait(plane, lambda: plane.mgmt.get(*ME, degraded, NS) is not None, 120, "endpoint back")
     timeline.mark("endpoint back", True)
-    after = live.wait_for(lambda: _spread(plane, STEADY), 120, "steady serving as before")
+    after = _wait(plane, lambda: _spread(plane, STEADY), 120, "steady serving as before")
     assert after == before
     assert {n: r["metadata"]["uid"] for n, r in _replicas(plane, STEADY).items()} == uids
     assert not any(
@@ -247,7 +321,7 @@ def test_b_a_short_outage_is_reported_and_moves_nothing(
         for step in ("not Ready reported", "endpoint removed", "Ready again", "endpoint back"):
             print(timeline.line(step))
     plane.kubectl("delete", "-n", NS, "modeldeployment", STEADY, "--wait=false")
-    live.wait_for(lambda: not _replicas(plane, STEADY), 240, "steady's replicas deleted")
+    _wait(plane, lambda: not _replicas(plane, STEADY), 240, "steady's replicas deleted")
 
 
 @pytest.mark.timeout(1200)
@@ -255,12 +329,13 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
     plane: ControlPlane, two_clusters: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(_workflow_run()))
-    live.wait_for(
+    _wait(
+        plane,
         lambda: (plane.mgmt.get(*WR, RUN, NS) or {}).get("status", {}).get("phase") == "Ready",
         600,
         "the run Ready",
     )
-    before = live.wait_for(lambda: _spread(plane, RUN), 300, "the run spread over both")
+    before = _wait(plane, lambda: _spread(plane, RUN), 300, "the run spread over both")
     degraded = next(n for n, c in before.items() if c == OTHER)
     healthy = next(n for n, c in before.items() if c != OTHER)
     url = plane.mgmt.get(*WR, RUN, NS)["status"]["url"]  # through the Gateway, from outside
@@ -274,7 +349,7 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
     with capsys.disabled():
         print(f"\nbefore the outage, {url} answered: {answers}")
     timeline = Timeline()
-    requests = Requests(url, timeline.start)
+    requests = Requests(url, timeline.start, lambda: _forwarded(plane), lambda: _data_plane(plane))
     not_ready_run: list[str] = []
     said: set[str] = set()  # the run's ClustersHealthy messages
     plane.pause_workload(OTHER, True)
@@ -308,7 +383,7 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
             timeline.mark("degraded replica released", gone)
             return "replacement serving" in timeline.seen and gone
 
-        live.wait_for(look, 300, "a replacement serving and the degraded replica released", 0.5)
+        _wait(plane, look, 300, "a replacement serving and the degraded replica released", 0.5)
         where = plane.mgmt.get(*MR, replacement, NS)["spec"]["clusterName"]
     finally:
         plane.pause_workload(OTHER, False)
@@ -322,7 +397,7 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
         said
     )
     # resumed: the cluster reports Ready; the released replica's workload there is removed
-    live.wait_for(lambda: _cluster_up(plane), 120, f"{OTHER} Ready again")
+    _wait(plane, lambda: _cluster_up(plane), 120, f"{OTHER} Ready again")
     timeline.mark("Ready again", True)
     other = plane.workloads[OTHER]
 
@@ -333,13 +408,14 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
             if degraded in d["metadata"]["name"] and not d["metadata"].get("deletionTimestamp")
         ]
 
-    live.wait_for(leftover_gone, 300, f"{degraded}'s workload removed from {OTHER}")
-    live.wait_for(
-        lambda: set(_replicas(plane, RUN)) == {healthy, replacement}, 120, f"{degraded} deleted"
+    _wait(plane, leftover_gone, 300, f"{degraded}'s workload removed from {OTHER}")
+    _wait(
+        plane,
+        lambda: set(_replicas(plane, RUN)) == {healthy, replacement},
+        120,
+        f"{degraded} deleted",
     )
     timeline.mark("surplus retired on the returned cluster", True)
-    assert set(_replicas(plane, RUN)) == {healthy, replacement}
-    assert _answer(url) == "200"
     with capsys.disabled():
         print(f"\na: {OTHER}'s API server stopped {resumed:.1f} s (grace {GRACE_A}):")
         for step in (
@@ -356,5 +432,10 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
               "staging and engine start)")  # fmt: skip
         print(f"  requests through the control-plane Gateway: {requests.sent} sent, "
               f"{len(requests.failed)} failed")  # fmt: skip
-        for at, outcome in requests.failed:
-            print(f"    sent at {at:6.1f} s: {outcome}")
+        for at, took, outcome, to, _ in requests.failed:
+            print(f"    sent at {at:6.1f} s, {took:4.1f} s: {outcome} (forwarded to {to})")
+        if requests.failed:
+            print(f"  the first failure's data plane: {requests.failed[0][4]}")
+    assert set(_replicas(plane, RUN)) == {healthy, replacement}
+    after = _answer(url)
+    assert after == "200", f"{url}: {after}; {_data_plane(plane)}\n{_state(plane)}"
