@@ -169,6 +169,8 @@ class Simulator:
         # would hang the loop for every cluster), their data plane serves from what it last
         # read, as a gateway keeps its configuration while its API server is away
         self.paused: set[str] = set()
+        self.passes = 0  # passes of every stand-in ended (wait_passes)
+        self._passed = threading.Condition()
         from tests.e2e import engines
 
         self.engines = engines.Engines(self)
@@ -189,7 +191,17 @@ class Simulator:
                     stand_in()
                 except Exception:  # a stand-in must not die on a transient API error
                     self._log(traceback.format_exc())
+            with self._passed:
+                self.passes += 1
+                self._passed.notify_all()
             self.stopping.wait(0.5)
+
+    def wait_passes(self, count: int, seconds: float = 90) -> None:
+        """Until ``count`` more passes have ended: the second ended pass began after the call."""
+        with self._passed:
+            target = self.passes + count
+            if not self._passed.wait_for(lambda: self.passes >= target, seconds):
+                raise TimeoutError(f"the simulator ended no {count} passes in {seconds:.0f}s")
 
     def _log(self, error: str) -> None:
         self.errors.append(error)

@@ -489,17 +489,23 @@ class ControlPlane:
         """Where API server ``server`` (mgmt, wl-<cluster>) writes its audit log."""
         return self.dir / "logs" / f"{server}-audit.log"
 
-    def pause_workload(self, name: str, stopped: bool) -> None:
+    def pause_workload(self, name: str, stopped: bool) -> float:
         """Stops (SIGSTOP) or resumes (SIGCONT) a workload cluster's kube-apiserver, by its
         process id: it keeps its connections and answers nothing, as a hung API server. The
-        simulator leaves that cluster alone meanwhile (its data plane serves on)."""
+        simulator leaves that cluster alone meanwhile (its data plane serves on): it is told
+        first, and the API server stops once a whole pass of the simulator has ended since, so
+        no call of the simulator to it is under way (one would hang every cluster's stand-ins
+        for the client's 30 s). Returns the time.monotonic() of the signal."""
         proc = self.procs.running[f"{self.workloads[name].name}-apiserver"]
         if stopped:
             self.simulator.paused.add(name)
+            self.simulator.wait_passes(2)
             os.kill(proc.pid, signal.SIGSTOP)
-        else:
-            os.kill(proc.pid, signal.SIGCONT)
-            self.simulator.paused.discard(name)
+            return time.monotonic()
+        os.kill(proc.pid, signal.SIGCONT)
+        at = time.monotonic()
+        self.simulator.paused.discard(name)
+        return at
 
     def workload_for_url(self, url: str) -> APIServer | None:
         for api in self.workloads.values():

@@ -17,6 +17,7 @@ replicas spread one per cluster. failover-b's API server is the one stopped.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import threading
 import time
@@ -181,8 +182,8 @@ def _wait(
 class Timeline:
     """Seconds from the outage to the first look at which each step held."""
 
-    def __init__(self) -> None:
-        self.start = time.monotonic()
+    def __init__(self, start: float) -> None:
+        self.start = start  # time.monotonic() of the SIGSTOP
         self.seen: dict[str, float] = {}
 
     def mark(self, step: str, holds: bool) -> None:
@@ -196,20 +197,15 @@ class Timeline:
 
 class Requests:
     """Chat completions through the control-plane Gateway to a URL, one every 0.25 s, on a
-    thread of its own: how many were sent and, for each that failed, when it was sent (seconds
-    from `start`, the outage), how long it took, what came back, and the replicas whose engine
+    thread of its own: how many were sent and, for each that failed, when it was sent (its
+    time.monotonic()), how long it took, what came back, and the replicas whose engine
     the workload gateways forwarded it to (`forwarded` counts them)."""
 
     def __init__(
-        self,
-        url: str,
-        start: float,
-        forwarded: Callable[[], dict[str, int]],
-        data_plane: Callable[[], str],
+        self, url: str, forwarded: Callable[[], dict[str, int]], data_plane: Callable[[], str]
     ) -> None:
         self.url = url
         self.sent = 0
-        self.start = start
         self.forwarded = forwarded
         self.data_plane = data_plane  # what the control-plane Gateway routed by, on a failure
         self.failed: list[tuple[float, float, str, list[str], str]] = []
@@ -220,9 +216,9 @@ class Requests:
     def _run(self) -> None:
         while not self._stop.is_set():
             before = self.forwarded()
-            at = time.monotonic() - self.start
+            at = time.monotonic()
             outcome = _answer(self.url)
-            took = time.monotonic() - self.start - at
+            took = time.monotonic() - at
             self.sent += 1
             if outcome != "200":
                 after = self.forwarded()
@@ -262,7 +258,16 @@ def _data_plane(plane: ControlPlane) -> str:
         if r["metadata"].get("namespace") == NS
     ]
     backends = {k: v for k, v in engines.backends.get(plane.mgmt.name, {}).items() if k[0] == NS}
-    return f"routes {routes}; backends {backends}; gateways {plane.simulator.gateway_addresses}"
+    lag = time.monotonic()
+    try:
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), engines.loop).result(5)
+        answers = f"answers in {time.monotonic() - lag:.3f} s"
+    except TimeoutError:
+        answers = "does not answer within 5 s"
+    return (
+        f"routes {routes}; backends {backends}; gateways {plane.simulator.gateway_addresses}; "
+        f"the data plane's loop {answers}; simulator passes {plane.simulator.passes}"
+    )
 
 
 def _cluster_down(plane: ControlPlane) -> bool:
@@ -287,8 +292,7 @@ def test_b_a_short_outage_is_reported_and_moves_nothing(
     before = _wait(plane, lambda: _spread(plane, STEADY), 420, "steady spread over both")
     uids = {n: r["metadata"]["uid"] for n, r in _replicas(plane, STEADY).items()}
     degraded = next(n for n, c in before.items() if c == OTHER)
-    timeline = Timeline()
-    plane.pause_workload(OTHER, True)
+    timeline = Timeline(plane.pause_workload(OTHER, True))
     try:
         _wait(plane, lambda: _cluster_down(plane), 120, f"{OTHER} reported not Ready")
         timeline.mark("not Ready reported", True)
@@ -348,11 +352,10 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
     assert answers[-1] == "200", f"{url}: {answers[-3:]}; {_data_plane(plane)}"
     with capsys.disabled():
         print(f"\nbefore the outage, {url} answered: {answers}")
-    timeline = Timeline()
-    requests = Requests(url, timeline.start, lambda: _forwarded(plane), lambda: _data_plane(plane))
+    requests = Requests(url, lambda: _forwarded(plane), lambda: _data_plane(plane))
     not_ready_run: list[str] = []
     said: set[str] = set()  # the run's ClustersHealthy messages
-    plane.pause_workload(OTHER, True)
+    timeline = Timeline(plane.pause_workload(OTHER, True))
     replacement = ""
     try:
 
@@ -432,7 +435,8 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
               "staging and engine start)")  # fmt: skip
         print(f"  requests through the control-plane Gateway: {requests.sent} sent, "
               f"{len(requests.failed)} failed")  # fmt: skip
-        for at, took, outcome, to, _ in requests.failed:
+        for sent, took, outcome, to, _ in requests.failed:
+            at = sent - timeline.start
             print(f"    sent at {at:6.1f} s, {took:4.1f} s: {outcome} (forwarded to {to})")
         if requests.failed:
             print(f"  the first failure's data plane: {requests.failed[0][4]}")
