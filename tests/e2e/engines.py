@@ -68,6 +68,11 @@ class Engines:
         self.attempts: collections.Counter[str] = collections.Counter()
         self.last_attempt: dict[str, float] = {}
         self._servers: list[asyncio.AbstractServer] = []
+        # every connection's task, held until it ends: asyncio's server protocol holds the
+        # connection's StreamReader only weakly, and a task waiting on the next hop could be
+        # collected as garbage mid-request, its caller waiting for an answer that never came
+        # (2 or 3 requests in 80 through two hops; none with the collector off)
+        self._connections: set[asyncio.Task[Any]] = set()
         # per API server: its HTTPRoutes as last listed (the simulator refreshes them twice a
         # second), so no request waits on the API server
         self.routes: dict[str, list[dict[str, Any]]] = {}
@@ -104,12 +109,12 @@ class Engines:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
-    def listen(self, address: str, api: APIServer) -> None:
-        """Serve the data plane of the cluster behind ``api`` on ``address``:80."""
+    def listen(self, address: str, api: APIServer, port: int = 80) -> None:
+        """Serve the data plane of the cluster behind ``api`` on ``address``:``port``."""
 
         async def _start() -> None:
             server = await asyncio.start_server(
-                lambda r, w: self._connection(r, w, api), address, 80
+                lambda r, w: self._connection(r, w, api), address, port
             )
             self._servers.append(server)
 
@@ -131,7 +136,23 @@ class Engines:
         asyncio.run_coroutine_threadsafe(_start(), self.loop).result(10)
         return True
 
+    def _held(self) -> Callable[[], None]:
+        """Holds the running connection's task until the returned call releases it."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        return lambda: self._connections.discard(task)
+
     async def _tcp(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: tuple[str, int]
+    ) -> None:
+        release = self._held()
+        try:
+            await self._pipe_both(reader, writer, key)
+        finally:
+            release()
+
+    async def _pipe_both(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: tuple[str, int]
     ) -> None:
         try:
@@ -167,6 +188,15 @@ class Engines:
     # --- the data plane ---------------------------------------------------------------------
 
     async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api: APIServer
+    ) -> None:
+        release = self._held()
+        try:
+            await self._requests(reader, writer, api)
+        finally:
+            release()
+
+    async def _requests(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api: APIServer
     ) -> None:
         try:
