@@ -108,12 +108,19 @@ def _positional(xr_file: pathlib.Path, comp_file: pathlib.Path, fns: pathlib.Pat
             f"{comp_file}: composes {ref.get('kind')} ({ref.get('apiVersion')}), not the XR's "
             f"{xr['kind']} ({xr['apiVersion']})"
         )
+    _check_pipeline(spec["pipeline"], comp_file, fns)
+    scenario = render.Scenario(xr=xr, required=[], observed=[], path=xr_file.parent)
+    return Job(str(xr_file), scenario, composition)
+
+
+def _check_pipeline(pipeline: list[Any], comp_file: pathlib.Path, fns: pathlib.Path) -> None:
+    """Every step names a Function of `fns`, and one of plnt's own (the only ones it runs)."""
     functions = {
         (d.get("metadata") or {}).get("name")
         for d in render.load_path(fns)
         if d["kind"] == "Function" and d["apiVersion"].startswith("pkg.crossplane.io/")
     }
-    for i, step in enumerate(spec["pipeline"]):
+    for i, step in enumerate(pipeline):
         name = ((step or {}).get("functionRef") or {}).get("name")
         where = f"{comp_file}: spec.pipeline[{i}].functionRef.name"
         if not isinstance(name, str) or name not in functions:
@@ -124,8 +131,6 @@ def _positional(xr_file: pathlib.Path, comp_file: pathlib.Path, fns: pathlib.Pat
             raise render.ScenarioError(
                 f"{where}: plnt runs only its own functions: {err}"
             ) from None
-    scenario = render.Scenario(xr=xr, required=[], observed=[], path=xr_file.parent)
-    return Job(str(xr_file), scenario, composition)
 
 
 def _context(files: list[str], values: list[str]) -> dict[str, Any] | None:

@@ -84,13 +84,19 @@ def _status_problem(resource: struct_pb2.Struct, *, fix: bool) -> str | None:
         if fix:
             del resource.fields["status"]
         return problem
-    conditions = _field(status.struct_value, "conditions")
+    return _conditions_problem(status.struct_value, fix=fix)
+
+
+def _conditions_problem(status: struct_pb2.Struct, *, fix: bool) -> str | None:
+    """What is malformed about status.conditions, or None; with fix, removes it in place (the
+    entries that are not conditions, or the whole field when it is not a list)."""
+    conditions = _field(status, "conditions")
     if conditions is None or conditions.HasField("null_value"):
         return None
     if not conditions.HasField("list_value"):
         problem = f"status.conditions is {_kind(conditions)}, not a list"
         if fix:
-            del status.struct_value.fields["conditions"]
+            del status.fields["conditions"]
         return problem
     values = conditions.list_value.values
     good = [v for v in values if v.HasField("struct_value") and _string(v.struct_value, "type")]
@@ -191,20 +197,23 @@ def check_composite(req: fnv1.RunFunctionRequest) -> None:
         if value is not None and not value.HasField("string_value"):
             raise InvalidInput(f"metadata.{name}", f"must be a string, not {_kind(value)}")
     for name in _STRING_MAPS:
-        value = _field(fields, name)
-        if value is None or value.HasField("null_value"):
-            continue
-        if not value.HasField("struct_value"):
-            raise InvalidInput(f"metadata.{name}", f"must be an object, not {_kind(value)}")
-        for key, item in value.struct_value.fields.items():
-            if not item.HasField("string_value"):
-                raise InvalidInput(
-                    f"metadata.{name}[{key!r}]", f"must be a string, not {_kind(item)}"
-                )
+        _string_map(fields, name)
     for name in ("spec", "status"):
         value = _field(xr, name)
         if value is not None:
             _finite(value, name)
+
+
+def _string_map(meta: struct_pb2.Struct, name: str) -> None:
+    """metadata.<name> (labels, annotations) is absent, null or a map of strings."""
+    value = _field(meta, name)
+    if value is None or value.HasField("null_value"):
+        return
+    if not value.HasField("struct_value"):
+        raise InvalidInput(f"metadata.{name}", f"must be an object, not {_kind(value)}")
+    for key, item in value.struct_value.fields.items():
+        if not item.HasField("string_value"):
+            raise InvalidInput(f"metadata.{name}[{key!r}]", f"must be a string, not {_kind(item)}")
 
 
 def _finite(value: struct_pb2.Value, path: str) -> None:
