@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 import plnt
 from plnt_host import render
@@ -43,17 +44,8 @@ def run(args: argparse.Namespace) -> int:
             "plnt validate: no Crossplane CLI: put crossplane on PATH or give --crossplane\n"
         )
         return 2
-    paths = [pathlib.Path(p) for p in args.paths]
-    if not paths and pathlib.Path("examples").is_dir():
-        paths = [pathlib.Path("examples")]
     try:
-        docs = [d for f in xrd_files() for d in render.load_yaml_docs(f)]
-        docs += list(render.compositions().values())
-        for path in paths:
-            docs += render.load_path(path)
-        for crd in args.crds:
-            if not pathlib.Path(crd).exists():
-                raise render.ScenarioError(f"--crds {crd}: no such file or folder")
+        docs = _documents(args)
     except render.ScenarioError as err:
         sys.stderr.write(f"plnt validate: {err}\n")
         return 2
@@ -61,16 +53,38 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="plnt-validate-") as tmp:
         resources = pathlib.Path(tmp) / "resources.yaml"
         resources.write_text(render.dump(docs))
-        cmd = [cli, "beta", "validate", ",".join(extensions), str(resources)]
-        if args.cache_dir:
-            cmd += ["--cache-dir", args.cache_dir]
-        if args.crossplane_image:
-            cmd += ["--crossplane-image", args.crossplane_image]
-        if args.error_on_missing_schemas:
-            cmd.append("--error-on-missing-schemas")
+        cmd = [cli, "beta", "validate", ",".join(extensions), str(resources), *_flags(args)]
         try:
             proc = subprocess.run(cmd, check=False)
         except OSError as err:
             sys.stderr.write(f"plnt validate: cannot run {cli}: {err.strerror}\n")
             return 2
     return 0 if proc.returncode == 0 else 1
+
+
+def _documents(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """What is validated: the XRDs, the Compositions and every YAML document of the paths
+    (examples/ when none is given); ScenarioError when a path or a --crds file is missing."""
+    paths = [pathlib.Path(p) for p in args.paths]
+    if not paths and pathlib.Path("examples").is_dir():
+        paths = [pathlib.Path("examples")]
+    docs = [d for f in xrd_files() for d in render.load_yaml_docs(f)]
+    docs += list(render.compositions().values())
+    for path in paths:
+        docs += render.load_path(path)
+    for crd in args.crds:
+        if not pathlib.Path(crd).exists():
+            raise render.ScenarioError(f"--crds {crd}: no such file or folder")
+    return docs
+
+
+def _flags(args: argparse.Namespace) -> list[str]:
+    """The options passed on to `crossplane beta validate`."""
+    flags = []
+    if args.cache_dir:
+        flags += ["--cache-dir", args.cache_dir]
+    if args.crossplane_image:
+        flags += ["--crossplane-image", args.crossplane_image]
+    if args.error_on_missing_schemas:
+        flags.append("--error-on-missing-schemas")
+    return flags
