@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from plnt import capacity, names, tenancy
 
 DEMAND = "plnt.work/pool-demand"
-LEGACY_NODES = "plnt.work/pool-nodes"  # before devices were counted: {pool: nodes}
+LEGACY_NODES = "plnt.work/pool-nodes"  # {pool: nodes}: a whole node per pod, no device count
 BINDING = "plnt.work/binding"
 REFUSED = "plnt.work/binding-refused"
 OVER_COMMITTED = "plnt.work/over-committed"
@@ -168,8 +168,8 @@ class State:
 
 
 def demand_of(obj: Mapping[str, Any]) -> dict[str, tuple[capacity.Pods, ...]]:
-    """The demand the replica's proposer wrote: its annotation; else, for a replica placed
-    before devices were counted or made by hand, a whole node per pod of every member with
+    """The demand the replica's proposer wrote: its annotation; else, for a replica with only a
+    `plnt.work/pool-nodes` count or made by hand, a whole node per pod of every member with
     device requests. What the ModelDeployment function counts for proposals not committed yet;
     the binder never reads it (it sizes a commit from the spec: plnt.demand)."""
     meta = obj.get("metadata") or {}

@@ -5,7 +5,7 @@ device kind, by device name) and, when the class declares `nodeResources`, CPU (
 and memory (bytes). A pod asks for some of one node: DRA allocates per device, so several
 pods share a node up to its devices. A pod of a gang (Leader/Worker) takes a whole node (LWS
 places one pod per node and the gang's fabric wants the node to itself), and so does a pod whose
-demand is unknown (a ModelReplica made by hand, or one placed before devices were counted).
+demand is unknown (a ModelReplica made by hand, or one with no `plnt.work/pool-demand`).
 
 Nodes are virtual: a slot says "node 3 of the pool", not which Kubernetes node. That is enough to
 prove that a packing exists with no node over its devices; kube-scheduler and the DRA allocator

@@ -121,7 +121,7 @@ class PlacedReplica:
     deployment: str
     revision: str
     cluster: str
-    pool_nodes: Mapping[str, int]  # the old accounting: nodes per pool
+    pool_nodes: Mapping[str, int]  # per pool, one node per pod: what `needs` is without demand
     engine_pools: tuple[tuple[str, str], ...]  # (engine, pool)
     demand: Mapping[str, tuple[capacity.Pods, ...]] | None = None  # None: whole pool_nodes
     slots: Mapping[str, tuple[capacity.Slot, ...]] | None = None  # committed by the binder
@@ -157,7 +157,7 @@ class Placement:
 
     cluster: str
     engines: tuple[EnginePlacement, ...]
-    pool_nodes: Mapping[str, int]  # nodes it would take in the old accounting (one per pod)
+    pool_nodes: Mapping[str, int]  # per pool, one node per pod of its members with devices
     demand: Mapping[str, tuple[capacity.Pods, ...]] = dataclasses.field(default_factory=dict)
 
 

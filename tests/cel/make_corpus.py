@@ -601,9 +601,9 @@ KNOWN_DIVERGENCES: dict[str, str] = {
     "map becomes an int",
     UINT_KEY: "a transformMap key passes through Python, where a uint key becomes an int",
 }
-# Formerly known divergences, closed by the list equality and `in` rewrites and the
-# transformMap rewrite (docs/cel.md); kept at their place among the residual cases so that
-# case ids stay stable.
+# Cases where plain Python would diverge from cel-go and the list equality and `in` rewrites and
+# the transformMap rewrite (docs/cel.md) make them agree; listed among the residual cases so
+# that case ids stay stable.
 CLOSED_RESIDUAL = [
     f'[{VERSION_ATTR}] == ["9.0.0"]',
     '[quantity("1")] == [quantity("1000m")]',

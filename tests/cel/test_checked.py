@@ -127,7 +127,7 @@ def test_transform_map_values_come_back_as_the_same_cel_values(expression):
     ],
 )
 def test_checked_types_of_every_kind_are_read(expression, kind):
-    """Well-known, wrapper and type types used to crash the homogeneous-literal check."""
+    """The homogeneous-literal check reads well-known, wrapper and type types too."""
     assert _checked.result_type(cel.compile(f"[{expression}].size() == 1").program.serialize()) == (
         "prim",
         1,

@@ -111,7 +111,7 @@ def non_canonical(host: str, means: str) -> str:
 
 
 REFUSED = [
-    # the list: what refused_host let through
+    # targets inside the platform, each spelled as a user would write it
     ("http://10.96.0.1/", None, "an address inside the platform (10.96.0.1, in 10.0.0.0/8)"),
     ("https://kubernetes.default/", None, "a Service name in namespace default"),
     ("http://plnt-reconciler.plnt-system:8080/", None, "a Service name in namespace plnt-system"),

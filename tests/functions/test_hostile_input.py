@@ -59,9 +59,9 @@ MALFORMED_STATUS = {
 @pytest.mark.parametrize("mutation", sorted(MALFORMED_STATUS))
 @pytest.mark.parametrize("example", WITH_OBSERVED)
 def test_malformed_observed_status_reads_as_not_ready(example: str, mutation: str) -> None:
-    """Used to be "internal error (AttributeError)" in six functions. Now: no Fatal, every
-    custom condition that was True on the intact example is no longer claimed from the broken
-    objects, and a warning names each broken resource."""
+    """A malformed observed status is no internal error: no Fatal, every custom condition that
+    was True on the intact example is not claimed from the broken objects, and a warning names
+    each broken resource."""
     scenario = SCENARIOS[example]
     observed = copy.deepcopy(scenario.observed)
     for obj in observed:

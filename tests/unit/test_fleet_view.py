@@ -25,8 +25,8 @@ CLUSTERS = {o["metadata"]["name"]: o for o in (bench.inference_cluster(i, 3) for
 
 
 def replica(i: int, cluster: str, pool: str = "pool-0", gpus: int | None = 1) -> dict:
-    """A bench replica with a uid and creation time, asking `gpus` GPUs; gpus=None: placed
-    before devices were counted (no demand annotation; the binder sizes it from its spec)."""
+    """A bench replica with a uid and creation time, asking `gpus` GPUs; gpus=None: no demand
+    annotation (the binder sizes it from its spec)."""
     obj = bench.other_replica(i, CLUSTERS[cluster])
     obj["metadata"] |= {"uid": f"uid-{i}", "creationTimestamp": f"2025-01-01T00:00:{i:02d}Z"}
     member = obj["spec"]["engines"][0]["members"][0]
@@ -124,7 +124,7 @@ def test_bound_fleet_round_trips_through_the_view() -> None:
                 assert fresh.copy().pack(demand) == pool.copy().pack(demand)
     assert got["cluster-0000"].used == {
         "pool-0": (capacity.NodeUse(0, 3, False, ((GPU, 5),)),),
-        # placed before devices were counted: sized by its spec (one GPU), not a whole node
+        # no demand annotation: sized by its spec (one GPU), not a whole node
         "pool-1": (capacity.NodeUse(0, 1, False, ((GPU, 1),)),),
     }
     assert got["cluster-0001"].used == {"pool-1": (capacity.NodeUse(0, 2, False, ((GPU, 2),)),)}
