@@ -811,6 +811,7 @@ def schedule(ask: Ask, fleet: FleetState, owner: Owner, cel: Cel | None = None) 
 
     1. pins (`pins`): which own replicas stay, which go, which are held;
     2. account (`account`): charge what the fleet already holds, committed replicas first;
+       then a selector that does not compile stops here (InvalidNodeSelector);
     3. admit (`admitted`): the clusters that match the selector, are Ready and open, and whose
        fence admits the namespace;
     4. fit and score (`Scheduler.choose`): per admitted cluster, the pools each engine fits and
