@@ -47,23 +47,33 @@ def _words(items: list[str]) -> str:
     return shlex.quote(" ".join(items))
 
 
+def _flag_case(name: str, sub: argparse.ArgumentParser) -> str:
+    """The subcommand's flags and the words its positional argument takes."""
+    flags = sorted(f for a in sub._actions for f in a.option_strings)
+    positional = [a for a in sub._actions if not a.option_strings and a.choices]
+    words = sorted(positional[0].choices or ()) if positional else []
+    if name == "function":
+        words = runtime.function_names()
+    return f"    {name}) flags={_words(flags)}; words={_words(words)} ;;"
+
+
+def _choice_cases(name: str, sub: argparse.ArgumentParser) -> list[str]:
+    """Per option of the subcommand that takes one of a few values, those values."""
+    cases = []
+    for action in sub._actions:
+        if action.option_strings and action.choices:
+            pattern = "|".join(f'"{name} {f}"' for f in action.option_strings)
+            choices = _words(sorted(map(str, action.choices)))
+            cases.append(f'    {pattern}) COMPREPLY=($(compgen -W {choices} -- "$cur")); return ;;')
+    return cases
+
+
 def bash(parser: argparse.ArgumentParser, delegated: dict[str, argparse.ArgumentParser]) -> str:
     subcommands = {**_subcommands(parser), **delegated}
     flag_cases, choice_cases = [], []
     for name, sub in sorted(subcommands.items()):
-        flags = sorted(f for a in sub._actions for f in a.option_strings)
-        positional = [a for a in sub._actions if not a.option_strings and a.choices]
-        words = sorted(positional[0].choices or ()) if positional else []
-        if name == "function":
-            words = runtime.function_names()
-        flag_cases.append(f"    {name}) flags={_words(flags)}; words={_words(words)} ;;")
-        for action in sub._actions:
-            if action.option_strings and action.choices:
-                pattern = "|".join(f'"{name} {f}"' for f in action.option_strings)
-                choices = _words(sorted(map(str, action.choices)))
-                choice_cases.append(
-                    f'    {pattern}) COMPREPLY=($(compgen -W {choices} -- "$cur")); return ;;'
-                )
+        flag_cases.append(_flag_case(name, sub))
+        choice_cases += _choice_cases(name, sub)
     top = sorted(subcommands) + sorted(f for a in parser._actions for f in a.option_strings)
     return SCRIPT.format(
         commands=_words(top),
