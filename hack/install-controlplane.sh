@@ -2,8 +2,10 @@
 # Builds what the live control plane of tests/e2e runs, beyond kube-apiserver and etcd:
 #   .tools/bin/crossplane-core       Crossplane core (cmd/crossplane) at CROSSPLANE_CORE_VERSION
 #   .tools/bin/provider-kubernetes   provider-kubernetes (cmd/provider) at PROVIDER_KUBERNETES_VERSION
-# plus their CRDs under .tools/crds/<name>/. Each is built once from the Go module proxy and
-# cached; a version change rebuilds it.
+# plus their CRDs under .tools/crds/<name>/, and Crossplane's own ClusterRole as its Helm chart
+# ships it (.tools/crds/crossplane-rbac/clusterrole.yaml, a template: the package-install test
+# runs Crossplane with it). Each is built once from the Go module proxy and cached; a version
+# change rebuilds it.
 #
 # Crossplane v2.3.0's go.mod replaces github.com/crossplane/crossplane/apis/v2 with ./apis, a
 # folder the module zip leaves out; the same go.mod requires the pseudo-version the proxy serves,
@@ -45,6 +47,8 @@ if [[ ! -x "$bin/crossplane-core" || ! -f "$core_stamp" ]]; then
   mv "$bin/.crossplane-core.$$" "$bin/crossplane-core"
   rm -rf "$crds/crossplane"
   cp -r "$dir/cluster/crds" "$crds/crossplane"
+  rm -rf "$crds/crossplane-rbac" && mkdir -p "$crds/crossplane-rbac"
+  cp "$dir/cluster/charts/crossplane/templates/clusterrole.yaml" "$crds/crossplane-rbac/"
   rm -rf "$dir"
   rm -f "$bin"/.crossplane-core-*
   touch "$core_stamp"
@@ -62,4 +66,12 @@ if [[ ! -x "$bin/provider-kubernetes" || ! -f "$bin/.provider-kubernetes-$pk_ver
   rm -f "$bin"/.provider-kubernetes-*
   touch "$bin/.provider-kubernetes-$pk_version"
   echo "provider-kubernetes built in $((SECONDS - start)) s" >&2
+fi
+
+# Crossplane's ClusterRole from its chart, for a core built before it was copied with the CRDs.
+if [[ ! -f "$crds/crossplane-rbac/clusterrole.yaml" ]]; then
+  dir="$(module_dir "github.com/crossplane/crossplane/v2@$core_version")"
+  mkdir -p "$crds/crossplane-rbac"
+  cp "$dir/cluster/charts/crossplane/templates/clusterrole.yaml" "$crds/crossplane-rbac/"
+  rm -rf "$dir"
 fi

@@ -2,10 +2,10 @@
 
     python hack/package.py [--dist DIR] [--only NAME ...]
 
-Writes ``configuration-plnt-vX.xpkg``, one ``function-*-vX.xpkg`` per function (its runtime image
-embedded, so Crossplane's package manager can run it) and ``plnt-reconciler-vX.tar`` (a
-`docker load` / `crane push` tarball). ``--only`` limits the build to the named packages
-(``configuration``, ``reconciler`` or a function name).
+Writes ``configuration-plnt-vX.xpkg``, one ``function-*-vX.xpkg`` per function and
+``plnt-reconciler-vX.xpkg`` (a Provider package: the binder and autoscaler), each with its runtime
+image embedded, so Crossplane's package manager can run it. ``--only`` limits the build to the
+named packages (``configuration``, ``reconciler`` or a function name).
 
 How an image is made, and why:
 - The base layer is a minimal Debian bookworm rootfs from ``mmdebstrap`` (the Essential set plus
@@ -20,7 +20,9 @@ How an image is made, and why:
   stays valid under a read-only root and the layers are byte-for-byte reproducible.
 - ``umoci`` (Debian's) assembles the OCI layout and sets each image's config: platform
   linux/amd64, user 65532, entrypoint ``plnt function``, the function's name as the command, port
-  9443. The functions differ only in that config, so they share every layer.
+  9443. The functions differ only in that config, so they share every layer. The reconciler's
+  image adds the Kubernetes client's layer; its command is the argument list of
+  package/install/settings.yaml, the one place they are written.
 - Each image is written as a docker-archive tarball that keeps the layers compressed (what
   ``docker save`` writes, with .tar.gz layers), and the real Crossplane CLI embeds it with
   ``crank xpkg build --embed-runtime-image-tarball``.
@@ -55,6 +57,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "package"
 SHARED_CACHE = ROOT / ".tools" / "cache" / "images"
 CRANK = ROOT / ".tools" / "bin" / "crank"
+SETTINGS = ROOT / "package" / "install" / "settings.yaml"  # the reconciler's arguments
 
 SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3", "ca-certificates", "libstdc++6")
@@ -92,6 +95,7 @@ class Release:
     registry: str  # xpkg.crossplane.io/plnt/
     configuration: str  # configuration-plnt
     functions: tuple[str, ...]
+    reconciler: str  # plnt-reconciler: the Provider package under the same registry path
 
     @classmethod
     def read(cls) -> Release:
@@ -107,11 +111,26 @@ class Release:
         )
         if functions != on_disk:
             raise SystemExit(f"crossplane.yaml depends on {functions}, package/ has {on_disk}")
+        registry = registries.pop()
+        providers = [
+            d["package"].removeprefix(registry)
+            for d in config["spec"]["dependsOn"]
+            if d["kind"] == "Provider" and d["package"].startswith(registry)
+        ]
+        if (
+            len(providers) != 1
+            or not (ROOT / "package" / providers[0] / "crossplane.yaml").is_file()
+        ):
+            raise SystemExit(
+                f"crossplane.yaml: want one Provider under {registry} with package/<name>/"
+                f"crossplane.yaml (the reconciler), have {providers}"
+            )
         return cls(
             version="v" + project["version"],
-            registry=registries.pop(),
+            registry=registry,
             configuration=config["metadata"]["name"],
             functions=functions,
+            reconciler=providers[0],
         )
 
     def image(self, name: str) -> str:
@@ -483,10 +502,10 @@ def layer_sizes(layout: Layout, tag: str, names: Sequence[str]) -> list[tuple[st
 
 def configuration_ignores(root: pathlib.Path = ROOT) -> list[str]:
     """Every YAML file under the root that is not part of the Configuration package, relative to
-    it, as `crank xpkg build --ignore` takes them. crank parses every YAML file it walks (a
-    symlinked file too, though it does not enter symlinked folders), and its ignore patterns
-    cannot name a directory, so this lists files:
-    the reconciler's manifests, the tests' fixtures, docs, and anything in .venv/ or build/."""
+    it, as `crank xpkg build --ignore` takes them. crank parses every YAML file it walks (it
+    enters no symlinked folder but reads a symlinked file), and its ignore patterns cannot name a
+    directory, so this lists files: the install manifests, the tests' fixtures, docs, a
+    function's link to a vendored CRD, and anything in .venv/ or build/."""
     keep = ("apis/", "compositions/", "examples/")
     out = []
     for folder, dirs, files in os.walk(root):  # like crank: symlinked folders are not entered
@@ -557,20 +576,39 @@ def _stamp_path(out: pathlib.Path) -> pathlib.Path:
     return BUILD / "stamps" / f"{out.name}.{digest(str(out.resolve()))}"
 
 
+def reconciler_args(settings: pathlib.Path = SETTINGS) -> list[str]:
+    """The reconciler container's arguments in settings.yaml's DeploymentRuntimeConfig."""
+    for doc in yaml.safe_load_all(settings.read_text()):
+        if doc and doc.get("kind") == "DeploymentRuntimeConfig":
+            containers = doc["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]["containers"]
+            (container,) = [c for c in containers if c["name"] == "package-runtime"]
+            return [str(a) for a in container["args"]]
+    raise SystemExit(f"package: {settings} has no DeploymentRuntimeConfig")
+
+
 def build_reconciler(
     release: Release, layout: Layout, image: str, dist: pathlib.Path
 ) -> pathlib.Path:
-    name = "plnt-reconciler"
+    name = release.reconciler
+    command = [flag for arg in reconciler_args() for flag in ("--config.cmd", arg)]
     tag = layout.configure(
-        image, name,
-        "--config.entrypoint", "plnt", "--config.cmd", "reconcile",
+        image, name, "--config.entrypoint", "plnt", *command,
         "--config.exposedports", RECONCILER_PORT,
     )  # fmt: skip
-    out = dist / f"{name}-{release.version}.tar"
-    key = digest(json.dumps(layout.manifest(tag), sort_keys=True), release.image(name))
-    if not _up_to_date(out, key):
-        layout.docker_archive(tag, release.image(name), out)
-        _stamp(out, key)
+    out = dist / f"{name}-{release.version}.xpkg"
+    meta = (ROOT / "package" / name / "crossplane.yaml").read_bytes()
+    key = digest(json.dumps(layout.manifest(tag), sort_keys=True), meta, release.image(name))
+    if _up_to_date(out, key):
+        return out
+    tarball = layout.docker_archive(tag, release.image(name), BUILD / "images" / f"{name}.tar")
+    empty = BUILD / "no-examples"
+    empty.mkdir(parents=True, exist_ok=True)
+    run(
+        CRANK, "xpkg", "build", "--package-root", ROOT / "package" / name,
+        "--examples-root", empty, "--embed-runtime-image-tarball", tarball, "--package-file", out,
+    )  # fmt: skip
+    tarball.unlink()
+    _stamp(out, key)
     return out
 
 
@@ -645,8 +683,8 @@ def build(release: Release, wanted: set[str], dist: pathlib.Path) -> Report:
         if "reconciler" in wanted:
             image = layout.stack(reconciler_stack)
             report.artifacts.append(build_reconciler(release, layout, image, dist))
-            sizes = layer_sizes(layout, "plnt-reconciler", [w for w, _ in reconciler_stack])
-            report.images["plnt-reconciler"] = _with_unpacked(
+            sizes = layer_sizes(layout, release.reconciler, [w for w, _ in reconciler_stack])
+            report.images[release.reconciler] = _with_unpacked(
                 sizes, [p for _, p in reconciler_stack]
             )
         report.timed("images and xpkgs", t)

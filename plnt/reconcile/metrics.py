@@ -1,7 +1,7 @@
 """Generated tokens per second per ModelDeployment, from a Prometheus-compatible query API.
 
 Each engine names its generation-token counter differently (see ENGINE_COUNTERS); the scrape
-config shipped in package/reconciler/ copies the pod labels onto every series as
+config shipped in package/prometheus/ copies the pod labels onto every series as
 `modelplane_deployment` and `namespace`. One instant query per interval sums the per-pod rates
 by those two labels for every deployment at once; a second query reports the age of each
 deployment's newest sample, so a deployment whose series stopped updating reads as stale

@@ -109,12 +109,30 @@ def test_every_function_is_packaged_and_depended_on() -> None:
     for provider in ("provider-kubernetes", "provider-helm", "provider-coreweave"):
         assert any(d["package"].endswith(provider) for d in providers), provider
 
-    # One registry path for every plnt image: functions, Configuration, reconciler.
-    deployment = yaml.safe_load((REPO / "package/reconciler/deployment.yaml").read_text())
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["image"].startswith(REGISTRY), container["image"]
+    # One registry path for every plnt package: functions, Configuration, reconciler.
     install = (REPO / "crossplane.yaml").read_text()
     assert f"{REGISTRY}{config['metadata']['name']}:" in install
+    # The reconciler is a Provider package the Configuration depends on, run with
+    # package/install/settings.yaml (through the ImageConfig that matches its package).
+    reconciler = by_package[f"{REGISTRY}plnt-reconciler"]
+    assert (reconciler["kind"], reconciler["version"]) == ("Provider", config_version(config))
+    meta = yaml.safe_load((REPO / "package/plnt-reconciler/crossplane.yaml").read_text())
+    assert (meta["apiVersion"], meta["kind"]) == ("meta.pkg.crossplane.io/v1", "Provider")
+    assert meta["metadata"]["name"] == "plnt-reconciler"
+    annotations = meta["metadata"]["annotations"]
+    assert {k: annotations.get(k) for k in ANNOTATIONS} == expected_annotations
+    docs = {d["kind"]: d for d in _install_docs() if d["apiVersion"].startswith("pkg.")}
+    (match,) = docs["ImageConfig"]["spec"]["matchImages"]
+    assert match == {"type": "Prefix", "prefix": f"{REGISTRY}plnt-reconciler"}
+    runtime_config = docs["DeploymentRuntimeConfig"]
+    assert (
+        docs["ImageConfig"]["spec"]["runtime"]["configRef"]["name"]
+        == (runtime_config["metadata"]["name"])
+    )
+    template = runtime_config["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]
+    (container,) = template["containers"]
+    assert container["name"] == "package-runtime"  # the container Crossplane's runtime runs
+    assert container["args"][:2] == ["reconcile", "--bind"]
 
     # Compositions only reference functions this distribution serves.
     for composition in render.compositions().values():
@@ -124,11 +142,25 @@ def test_every_function_is_packaged_and_depended_on() -> None:
             assert ref.removeprefix(runtime.INSTALLED_PREFIX) in names, ref
 
 
-def test_control_plane_prerequisites_match_what_plnt_composes() -> None:
-    """package/control-plane holds what plnt needs but does not compose: the Gateway ModelService
-    routes through by default, and RBAC for the plain kinds Crossplane composes on the control
-    plane (anything that is neither a provider's kind nor plnt's own XR)."""
-    docs = render.load_yaml_docs(REPO / "package/control-plane/gateway.yaml")
+def config_version(config: dict) -> str:
+    """The version every plnt package is pinned at (the functions')."""
+    (version,) = {d["version"] for d in config["spec"]["dependsOn"] if d["kind"] == "Function"}
+    return version
+
+
+def _install_docs() -> list[dict]:
+    return [
+        d
+        for path in sorted((REPO / "package/install").glob("*.yaml"))
+        for d in render.load_yaml_docs(path)
+    ]
+
+
+def test_install_folder_holds_what_plnt_needs_but_does_not_compose() -> None:
+    """package/install (applied once, before the Configuration) holds the Gateway ModelService
+    routes through by default and Crossplane's RBAC for the plain kinds it composes on the
+    control plane (anything that is neither a provider's kind nor plnt's own XR)."""
+    docs = _install_docs()
     (gateway,) = [d for d in docs if d["kind"] == "Gateway"]
     out = render.render(render.load_scenario(REPO / "examples/model-service"), tree=True)
     routes = [o for node in out.tree() for o in node.composed if o["kind"] == "HTTPRoute"]
@@ -140,8 +172,12 @@ def test_control_plane_prerequisites_match_what_plnt_composes() -> None:
             gateway["metadata"]["name"],
         )
     assert gateway["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["from"] == "All"
+    # the Namespace comes before anything in it, as `kubectl apply -f package/install/` applies
+    kinds = [(d["kind"], d["metadata"].get("namespace")) for d in docs]
+    first_namespaced = min(i for i, (_, ns) in enumerate(kinds) if ns == "plnt-system")
+    assert ("Namespace", None) in kinds[:first_namespaced], kinds
 
-    (role,) = render.load_yaml_docs(REPO / "package/control-plane/crossplane-rbac.yaml")
+    (role,) = [d for d in docs if d["metadata"]["name"] == "crossplane:plnt:composed-resources"]
     assert role["metadata"]["labels"]["rbac.crossplane.io/aggregate-to-crossplane"] == "true"
     granted = {
         (g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
@@ -157,6 +193,19 @@ def test_control_plane_prerequisites_match_what_plnt_composes() -> None:
                 assert (group, _plural(obj["kind"])) in granted, (
                     f"{folder.name}: {obj['kind']} ({group})"
                 )
+    # what functions read through Crossplane beyond its own ClusterRole
+    for group, plural in [("", "namespaces"), ("gateway.networking.k8s.io", "gateways")]:
+        assert (group, plural) in granted, plural
+
+    # the reconciler's ServiceAccount, as settings.yaml names it, is what the roles bind
+    (runtime_config,) = [d for d in docs if d["kind"] == "DeploymentRuntimeConfig"]
+    account = runtime_config["spec"]["serviceAccountTemplate"]["metadata"]["name"]
+    bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert len(bindings) == 3
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": "crossplane-system"}
+        ], binding["metadata"]["name"]
 
 
 def _plural(kind: str) -> str:

@@ -1,7 +1,7 @@
 """A real Kubernetes API server on loopback: etcd and kube-apiserver, both built from the Go
 module proxy (go.etcd.io/etcd/server/v3 and k8s.io/kubernetes), with RBAC on and static bearer
 tokens for two users: an admin and the reconciler's ServiceAccount, which gets only
-package/reconciler/rbac.yaml.
+package/install/reconciler-rbac.yaml and binder-tenancy.yaml.
 
     python -m tests.reconcile.apiserver --install   # build etcd and kube-apiserver, once
 
@@ -35,11 +35,14 @@ KUBE_APISERVER = TOOLS / "kube-apiserver"
 ETCD = pathlib.Path(os.environ.get("PLNT_ETCD") or TOOLS / "etcd")
 INSTALL_ETCD = REPO / "hack" / "install-etcd.sh"
 CRD = pathlib.Path(__file__).resolve().parent / "modeldeployment-crd.yaml"
-RBAC = REPO / "package" / "reconciler" / "rbac.yaml"
-TENANCY_RBAC = REPO / "package" / "rbac" / "binder-tenancy.yaml"  # the binder's tenancy reads
+RBAC = REPO / "package" / "install" / "reconciler-rbac.yaml"
+TENANCY_RBAC = REPO / "package" / "install" / "binder-tenancy.yaml"  # the binder's tenancy reads
 ADMIN_TOKEN = "plnt-test-admin"  # loopback-only test credentials for a throwaway server
 RECONCILER_TOKEN = "plnt-test-reconciler"
-RECONCILER_USER = "system:serviceaccount:plnt-system:plnt-reconciler"
+# The ServiceAccount Crossplane's package runtime runs the plnt-reconciler package as
+# (package/install/settings.yaml names it; Crossplane's namespace holds it).
+RECONCILER_NAMESPACE = "crossplane-system"
+RECONCILER_USER = f"system:serviceaccount:{RECONCILER_NAMESPACE}:plnt-reconciler"
 
 
 free_port = procs.free_port  # never the same port twice in one test process
@@ -184,7 +187,8 @@ class APIServer:
         tokens.write_text(
             f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
             f"{RECONCILER_TOKEN},{RECONCILER_USER},reconciler-uid,"
-            '"system:serviceaccounts,system:serviceaccounts:plnt-system,system:authenticated"\n'
+            f'"system:serviceaccounts,system:serviceaccounts:{RECONCILER_NAMESPACE},'
+            'system:authenticated"\n'
         )
         self._start(
             "kube-apiserver",

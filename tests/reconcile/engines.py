@@ -16,7 +16,7 @@ import httpx
 import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SCRAPE_CONFIG = REPO / "package" / "reconciler" / "prometheus-scrape-config.yaml"
+SCRAPE_CONFIG = REPO / "package" / "prometheus" / "prometheus-scrape-config.yaml"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The binder against a real kube-apiserver, as the reconciler's ServiceAccount with only
-package/reconciler/rbac.yaml: ledgers created and compare-and-swapped, replicas annotated,
+package/install/reconciler-rbac.yaml: ledgers created and compare-and-swapped, replicas annotated,
 refusals in devices, over-commit reported when a pool shrinks, concurrent binders, the CLI."""
 
 from __future__ import annotations
@@ -449,7 +449,7 @@ def test_a_quota_caps_the_namespaces_it_covers_and_shows_its_use(kube_apiserver,
 
 
 def test_a_quota_caps_cache_storage_oldest_first(kube_apiserver, api, cluster_name):
-    """As the binder's ServiceAccount (package/rbac/binder-tenancy.yaml lets it list caches):
+    """As the binder's ServiceAccount (package/install/binder-tenancy.yaml lets it list caches):
     two 30Gi ModelCaches under a 50Gi cap; the older is reserved, and the status says so."""
     group = uuid.uuid4().hex[:6]
     quota = f"q-{group}"

@@ -1,8 +1,10 @@
 """The Kubernetes write path against a real kube-apiserver, as the reconciler's ServiceAccount
-with only package/reconciler/rbac.yaml: scale get/patch, the annotation, Events, list/watch."""
+with only package/install/reconciler-rbac.yaml: scale get/patch, the annotation, Events,
+list/watch."""
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import uuid
@@ -13,7 +15,14 @@ from kubernetes.client.exceptions import ApiException
 
 from plnt.reconcile import kube
 from plnt.reconcile.decision import Decision, Reason
-from tests.reconcile.apiserver import CRD, RBAC, RECONCILER_TOKEN, REPO
+from tests.reconcile.apiserver import (
+    CRD,
+    RBAC,
+    RECONCILER_NAMESPACE,
+    RECONCILER_TOKEN,
+    RECONCILER_USER,
+    REPO,
+)
 
 
 def model_deployment(namespace: str, name: str, replicas: int, **auto) -> dict:
@@ -160,21 +169,38 @@ def test_cache_lists_then_follows_the_watch(kube_apiserver, namespace, cluster):
         thread.join(10)
 
 
-def test_shipped_deployment_is_valid_for_the_api_server(kube_apiserver):
-    """Server-side dry run with strict field validation: every field exists and validates."""
-    manifest = yaml.safe_load((REPO / "package" / "reconciler" / "deployment.yaml").read_text())
+def test_shipped_runtime_config_makes_a_valid_deployment(kube_apiserver):
+    """package/install/settings.yaml's deploymentTemplate, completed as Crossplane's package
+    runtime completes it (name, selector, labels, image, ServiceAccount), passes a server-side
+    dry run with strict field validation: every field exists and validates."""
+    docs = yaml.safe_load_all((REPO / "package" / "install" / "settings.yaml").read_text())
+    (config,) = [d for d in docs if d["kind"] == "DeploymentRuntimeConfig"]
+    account = config["spec"]["serviceAccountTemplate"]["metadata"]["name"]
+    assert account == RECONCILER_USER.rsplit(":", 1)[1]
+    deployment = copy.deepcopy(config["spec"]["deploymentTemplate"])
+    labels = {"pkg.crossplane.io/revision": "plnt-plnt-reconciler-0123456789ab"}
+    deployment |= {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "plnt-plnt-reconciler", "namespace": "plnt-system"},
+    }
+    spec = deployment["spec"]
+    spec["selector"] = {"matchLabels": labels}
+    spec["template"]["metadata"] = {"labels": labels}
+    spec["template"]["spec"]["serviceAccountName"] = account
+    (container,) = spec["template"]["spec"]["containers"]
+    container["image"] = "xpkg.crossplane.io/plnt/plnt-reconciler:v0.1.0"
     reply = kube_apiserver.admin.post(
         "/apis/apps/v1/namespaces/plnt-system/deployments",
         params={"dryRun": "All", "fieldValidation": "Strict"},
-        json=manifest,
+        json=deployment,
     )
     assert reply.status_code == 201, reply.text
-    spec = reply.json()["spec"]["template"]["spec"]
-    assert spec["serviceAccountName"] == "plnt-reconciler"
-    [container] = spec["containers"]
-    assert container["args"][0] == "reconcile"
+    [container] = reply.json()["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["reconcile", "--bind"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert reply.json()["spec"]["strategy"]["type"] == "Recreate"
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +235,11 @@ def no_scale_cluster(kube_apiserver, cluster):
                 "name": "plnt-reconciler-noscale",
             },
             "subjects": [
-                {"kind": "ServiceAccount", "name": "plnt-reconciler", "namespace": "plnt-system"}
+                {
+                    "kind": "ServiceAccount",
+                    "name": "plnt-reconciler",
+                    "namespace": RECONCILER_NAMESPACE,
+                }
             ],
         }
     )

@@ -1,6 +1,6 @@
 """The binder's probes of workload API servers, against a real kube-apiserver as the reconciler's
-ServiceAccount (package/reconciler/rbac.yaml): a server that answers, one that refuses, one that
-accepts connections and never answers (what a SIGSTOPped kube-apiserver does); the health
+ServiceAccount (package/install/reconciler-rbac.yaml): a server that answers, one that refuses,
+one that accepts connections and never answers (what a SIGSTOPped kube-apiserver does); the health
 published on the InferenceCluster, its Event, the fleet view and the replicas nudged."""
 
 from __future__ import annotations
