@@ -92,10 +92,14 @@ def apply_existing_cluster(
     name: str = CLUSTER,
     nodes: int = NODES,
     cluster: dict[str, Any] | None = None,
+    *,
+    pool: str = "h100",
+    cls: dict[str, Any] | None = None,
 ) -> None:
-    """A workload cluster with ``nodes`` H100 nodes in pool h100 and a System node, its
-    kubeconfig Secret, the class and the InferenceCluster (``cluster``, by default
-    `existing_cluster`) that adopts it."""
+    """A workload cluster with ``nodes`` nodes of class ``cls`` (by default the H100 one) in
+    pool ``pool`` and a System node, its kubeconfig Secret, the class and the InferenceCluster
+    (``cluster``, by default `existing_cluster`) that adopts it."""
+    cls = cls or h100_class()
     workload = plane.workload(name)
     # its operators installed NVIDIA's DRA driver (its DeviceClass, and each node's GPUs) and
     # the LeaderWorkerSet controller gangs need, as they would on any GPU cluster
@@ -103,11 +107,11 @@ def apply_existing_cluster(
     lws.start(workload.name, plane.procs, workload, plane.ca, workload.dir / "lws")
     plane.simulator.add_nodes(
         workload,
-        "h100",
+        pool,
         nodes,
-        labels={"modelplane.ai/pool": "h100"},
+        labels={"modelplane.ai/pool": pool},
         taints=[GPU_TAINT],
-        devices=h100_class()["spec"]["devices"],
+        devices=cls["spec"]["devices"],
     )
     # and a node without GPUs for what needs none (each replica's endpoint picker), labelled as
     # docs/inference-cluster.md asks an existing cluster's operators to
@@ -123,7 +127,7 @@ def apply_existing_cluster(
             "metadata": {"name": f"{name}-kubeconfig", "namespace": SECRET_NAMESPACE},
             "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
         },
-        h100_class(),
+        cls,
         cluster or existing_cluster(name, nodes),
     ]
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))

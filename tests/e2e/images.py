@@ -21,7 +21,7 @@ import threading
 
 from tests.images import oci
 
-POD_USER = (2000, 2000)  # the user Crossplane's package runtime runs function pods as
+POD_USER = (2000, 2000)  # the user Crossplane's package runtime runs function and provider pods as
 
 
 def netns_path() -> str:
@@ -63,6 +63,38 @@ class ImageFunctions:
             netns=netns_path(),
             workdir=self.dir,
             host="127.0.0.1",
+            user=POD_USER,
+            log=log,
+        )
+        with self._lock:
+            self.running[name] = ImageFunction(name, image, running)
+        return running
+
+    def start_program(
+        self,
+        name: str,
+        image: pathlib.Path,
+        *,
+        args: list[str] | None,
+        env: list[str],
+        files: dict[str, dict[str, pathlib.Path]],
+        port: int,
+    ) -> oci.RunningFunction:
+        """Starts ``name`` from ``image`` as a package runtime runs a provider's container: the
+        pod user, ``args`` instead of the image's command (when given), ``env`` and ``files``
+        (tests/images/oci.py ``start``)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            bundle = oci.unpack(image, self.dir)
+        log = (self.log_dir / f"{name}.log").open("a")
+        running = oci.start(
+            bundle,
+            args=args,
+            env=env,
+            files=files,
+            port=port,
+            netns=netns_path(),
+            workdir=self.dir,
             user=POD_USER,
             log=log,
         )

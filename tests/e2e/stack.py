@@ -37,6 +37,8 @@ import tempfile
 import time
 from typing import Any
 
+import yaml
+
 from plnt_host import procs as plnt_procs
 from plnt_host import runtime
 from tests.e2e import kube, netns, workload
@@ -151,13 +153,19 @@ class ControlPlane:
         images: pathlib.Path | None = None,
         bare: bool = False,
         settings: Settings = FAST,
+        crossplane_rbac: bool = False,
+        crossplane_flags: tuple[str, ...] = (),
     ):
         """``functions_from_images``: functions (``function-model-replica``, ...) that run from
         their built image under runc instead of from the virtualenv; ``images`` is the folder
         `make package` wrote their .xpkg files to (default dist/). ``bare``: only the management
         API server, its controllers and Crossplane core, with nothing of plnt, its functions or
         its providers installed (tests/e2e/packages.py installs them as a user would).
-        ``settings``: the controllers' intervals (the suite's fast polls by default)."""
+        ``settings``: the controllers' intervals (the suite's fast polls by default).
+        ``crossplane_rbac``: Crossplane runs as its ServiceAccount with the ClusterRole its Helm
+        chart installs (aggregating what the RBAC manager, also running, and plnt's install
+        grant it), not as an administrator. ``crossplane_flags``: more flags for Crossplane core
+        (an alpha feature a test needs)."""
         gaps = missing()
         if gaps:
             raise RuntimeError(
@@ -174,6 +182,8 @@ class ControlPlane:
         self.functions: dict[str, FunctionProcess] = {}
         self.simulator: Any = None
         self.bare = bare
+        self.crossplane_rbac = crossplane_rbac
+        self.crossplane_flags = crossplane_flags
         self.from_images = _function_images(functions_from_images, images)
         self.images = ImageFunctions(workdir / "images", workdir / "logs")
         try:
@@ -195,9 +205,10 @@ class ControlPlane:
             self._audit_args("mgmt"),
         )
         self.kubeconfig = self.mgmt.kubeconfig(self.dir / "kubeconfig")
-        kube.controller_manager(
-            "mgmt", self.procs, self.kubeconfig, "garbage-collector-controller,namespace-controller"
-        )
+        controllers = "garbage-collector-controller,namespace-controller"
+        if self.crossplane_rbac:  # fills the ClusterRoles that aggregate others (Crossplane's)
+            controllers += ",clusterrole-aggregation-controller"
+        kube.controller_manager("mgmt", self.procs, self.kubeconfig, controllers)
         self._install_crds(crossplane_only=self.bare)
         self.mgmt.apply(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CROSSPLANE_NAMESPACE}}
@@ -210,6 +221,8 @@ class ControlPlane:
             }
         )
         if self.bare:
+            if self.crossplane_rbac:
+                self._crossplane_service_account()
             self._start_crossplane()
             self.boot_seconds = time.monotonic() - started
             return
@@ -373,6 +386,7 @@ class ControlPlane:
             f"--xpkg-cache-dir={self.dir / 'crossplane' / 'xpkg-cache'}",
             f"--xfn-cache-dir={self.dir / 'crossplane' / 'xfn-cache'}",
             "--debug",
+            *self.crossplane_flags,
         ]
         (self.dir / "crossplane" / "xpkg-cache").mkdir(parents=True, exist_ok=True)
         self.start_crossplane()
@@ -383,9 +397,69 @@ class ControlPlane:
             self.crossplane_argv,
             env={
                 **os.environ,
-                "KUBECONFIG": str(self.kubeconfig),
+                "KUBECONFIG": str(self.crossplane_kubeconfig),
                 "POD_NAMESPACE": CROSSPLANE_NAMESPACE,
             },
+        )
+
+    @property
+    def crossplane_kubeconfig(self) -> pathlib.Path:
+        """The admin's, or with ``crossplane_rbac`` one holding its ServiceAccount's token."""
+        own = self.dir / "crossplane" / "kubeconfig"
+        return own if own.is_file() else self.kubeconfig
+
+    def _crossplane_service_account(self) -> None:
+        """Crossplane's ServiceAccount, the ClusterRoles of its chart (`crossplane`, which
+        aggregates every ClusterRole labelled rbac.crossplane.io/aggregate-to-crossplane, and
+        its system rules) bound to it, a kubeconfig with a token of it, and the RBAC manager,
+        which makes the aggregated roles for every XRD and provider package. (The RBAC manager
+        runs as the administrator: it is not what is being proven.)"""
+        for doc in crossplane_cluster_roles():
+            self.mgmt.apply(doc)
+        self.mgmt.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "crossplane", "namespace": CROSSPLANE_NAMESPACE},
+            }
+        )
+        self.mgmt.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "crossplane"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "crossplane",
+                },
+                "subjects": [
+                    {
+                        "kind": "ServiceAccount",
+                        "name": "crossplane",
+                        "namespace": CROSSPLANE_NAMESPACE,
+                    }
+                ],
+            }
+        )
+        r = self.mgmt.http.post(
+            f"/api/v1/namespaces/{CROSSPLANE_NAMESPACE}/serviceaccounts/crossplane/token",
+            json={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 24 * 3600},
+            },
+        )
+        r.raise_for_status()
+        doc = self.mgmt.kubeconfig_doc()
+        (user,) = doc["users"]
+        user["user"] = {"token": r.json()["status"]["token"]}
+        (self.dir / "crossplane").mkdir(parents=True, exist_ok=True)
+        (self.dir / "crossplane" / "kubeconfig").write_text(yaml.safe_dump(doc))
+        self.procs.start(
+            "crossplane-rbac-manager",
+            [str(CROSSPLANE_CORE), "rbac", "start", "--debug"],
+            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
         )
 
     def _start_provider_kubernetes(self) -> None:
@@ -551,6 +625,25 @@ class ControlPlane:
 
 def _flag(name: str, value: str | None) -> tuple[str, ...]:
     return (f"{name}={value}",) if value is not None else ()
+
+
+def crossplane_cluster_roles() -> list[dict[str, Any]]:
+    """The ClusterRoles Crossplane's Helm chart installs for Crossplane itself (its
+    clusterrole.yaml, copied into .tools by hack/install-controlplane.sh), rendered as the chart
+    renders them with the RBAC manager deployed: named `crossplane`."""
+    template = (TOOL_CRDS / "crossplane-rbac" / "clusterrole.yaml").read_text()
+    lines = [
+        line.replace('{{ template "crossplane.name" . }}', "crossplane")
+        for line in template.splitlines()
+        # the chart's labels, and the if/end around what the RBAC manager's presence adds
+        if not line.strip().startswith(("{{- include", "{{- if", "{{- end"))
+    ]
+    docs = [d for d in yaml.safe_load_all("\n".join(lines)) if d]
+    assert {d["metadata"]["name"] for d in docs} == {
+        "crossplane",
+        "crossplane:system:aggregate-to-crossplane",
+    }, [d["metadata"]["name"] for d in docs]
+    return docs
 
 
 def _function_images(

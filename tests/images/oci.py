@@ -29,6 +29,9 @@ The API, for any test (the e2e control plane included)::
   only its loopback addresses (and any 127.0.0.x a hosts entry names). ``user`` overrides the
   image's (uid, gid): Crossplane's package runtime runs function pods as 2000:2000.
   ``tests.robustness.certs.make(dir, dns_names=[...])`` writes a matching cert_dir.
+- ``start(bundle, *, args=None, env=(), files=None, port=0, netns, workdir, ...)``: any
+  program of the image as a pod's container (the reconciler, with its ServiceAccount token
+  mounted where in-cluster clients read it); ``start_function`` is this with the function's flags.
 - ``RunningFunction``: ``process`` (the runtime's Popen; it forwards signals to the container),
   ``container_id``, ``pid()`` (the function's own process id, as the host sees it),
   ``wait_listening(timeout)``, ``stop()`` (SIGTERM through the runtime, then ``delete --force``
@@ -90,6 +93,14 @@ def unpack(image: pathlib.Path, workdir: pathlib.Path) -> Bundle:
         # Keep the config umoci derived: every start writes config.json afresh from it.
         shutil.copy(bundle / "config.json", bundle / "image-config.json")
     return Bundle(path=bundle, image=image)
+
+
+def image_config(image: pathlib.Path) -> dict[str, Any]:
+    """The image's config (``Entrypoint``, ``Cmd``, ``User``, ...) from a docker-archive: what a
+    pod's ``args`` replace (the command) and keep (the entrypoint)."""
+    with tarfile.open(image) as archive:
+        (entry,) = json.load(archive.extractfile("manifest.json"))
+        return json.load(archive.extractfile(entry["Config"]))["config"]
 
 
 def _oci_layout(image: pathlib.Path, layout: pathlib.Path) -> None:
@@ -261,34 +272,71 @@ def start_function(
 ) -> RunningFunction:
     """Starts the bundle's function under ``runtime``; see the module docstring."""
     config = bundle.config()
+    args = [*config["process"]["args"], "--address", f"{host}:{port}"]
+    return start(
+        bundle,
+        args=args,
+        env=[f"{CERTS_ENV}={CERTS_IN_CONTAINER}"],
+        files={CERTS_IN_CONTAINER: {name: cert_dir / name for name in CERT_FILES}},
+        port=port,
+        netns=netns,
+        workdir=workdir,
+        runtime=runtime,
+        user=user,
+        log=log,
+    )
+
+
+def start(
+    bundle: Bundle,
+    *,
+    args: Sequence[str] | None = None,
+    env: Sequence[str] = (),
+    files: dict[str, dict[str, pathlib.Path]] | None = None,
+    port: int = 0,
+    netns: str,
+    workdir: pathlib.Path,
+    runtime: str = "runc",
+    user: tuple[int, int] | None = None,
+    log: IO[str] | None = None,
+) -> RunningFunction:
+    """Starts any program of the bundle under ``runtime``, as a pod's container: ``args`` replace
+    the image's entrypoint and command when given (the image's otherwise), ``env`` is added to
+    the image's, and each ``files`` entry (a path in the container: {name: file}) is copied into
+    a folder the container's user owns and mounted read-only there, as a Secret volume is.
+    ``port`` is what ``wait_listening`` waits for."""
+    config = bundle.config()
     if user is not None:
         config["process"]["user"] = {"uid": user[0], "gid": user[1]}
     uid, gid = config["process"]["user"]["uid"], config["process"]["user"]["gid"]
     container_id = f"plnt-{uuid.uuid4().hex[:12]}"
-    certs = workdir / f"certs-{container_id}"
-    certs.mkdir(parents=True)
-    for name in CERT_FILES:
-        shutil.copy(cert_dir / name, certs / name)
-        os.chown(certs / name, uid, gid)
-        (certs / name).chmod(0o400)
-    os.chown(certs, uid, gid)
-    certs.chmod(0o500)
+    mounts = []
+    for i, (destination, contents) in enumerate((files or {}).items()):
+        folder = workdir / f"files-{container_id}-{i}"
+        folder.mkdir(parents=True)
+        for name, source in contents.items():
+            shutil.copy(source, folder / name)
+            os.chown(folder / name, uid, gid)
+            (folder / name).chmod(0o400)
+        os.chown(folder, uid, gid)
+        folder.chmod(0o500)
+        mounts.append(
+            {
+                "destination": destination,
+                "type": "bind",
+                "source": str(folder),
+                "options": ["rbind", "ro", "nosuid", "nodev", "noexec"],
+            }
+        )
 
     process = config["process"]
     process["terminal"] = False
-    process["args"] = [*process["args"], "--address", f"{host}:{port}"]
-    process["env"] = [*process["env"], f"{CERTS_ENV}={CERTS_IN_CONTAINER}"]
+    if args is not None:
+        process["args"] = list(args)
+    process["env"] = [*process["env"], *env]
     config["root"] = {"path": str(bundle.rootfs), "readonly": True}
     config["hostname"] = container_id
-    config["mounts"] = [
-        *config["mounts"],
-        {
-            "destination": CERTS_IN_CONTAINER,
-            "type": "bind",
-            "source": str(certs),
-            "options": ["rbind", "ro", "nosuid", "nodev", "noexec"],
-        },
-    ]
+    config["mounts"] = [*config["mounts"], *mounts]
     namespaces = [ns for ns in config["linux"]["namespaces"] if ns["type"] != "network"]
     config["linux"]["namespaces"] = [*namespaces, {"type": "network", "path": netns}]
     # One bundle may run several containers: each run gets its own config.json folder.
