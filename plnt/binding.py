@@ -43,11 +43,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from plnt import capacity, names, tenancy
 
 DEMAND = "plnt.work/pool-demand"
-LEGACY_NODES = "plnt.work/pool-nodes"  # {pool: nodes}: a whole node per pod, no device count
 BINDING = "plnt.work/binding"
 REFUSED = "plnt.work/binding-refused"
 OVER_COMMITTED = "plnt.work/over-committed"
-ANNOTATIONS = (DEMAND, LEGACY_NODES, BINDING, REFUSED, OVER_COMMITTED)
+ANNOTATIONS = (DEMAND, BINDING, REFUSED, OVER_COMMITTED)
 
 BOUND = "Bound"
 PENDING = "Pending"
@@ -168,10 +167,10 @@ class State:
 
 
 def demand_of(obj: Mapping[str, Any]) -> dict[str, tuple[capacity.Pods, ...]]:
-    """The demand the replica's proposer wrote: its annotation; else, for a replica with only a
-    `plnt.work/pool-nodes` count or made by hand, a whole node per pod of every member with
-    device requests. What the ModelDeployment function counts for proposals not committed yet;
-    the binder never reads it (it sizes a commit from the spec: plnt.demand)."""
+    """The demand the replica's proposer wrote: its annotation; else, for a replica made by
+    hand, a whole node per pod of every member with device requests. What the ModelDeployment
+    function counts for proposals not committed yet; the binder never reads it (it sizes a
+    commit from the spec: plnt.demand)."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     raw = annotations.get(DEMAND)
@@ -179,13 +178,6 @@ def demand_of(obj: Mapping[str, Any]) -> dict[str, tuple[capacity.Pods, ...]]:
         try:
             return capacity.demand_from_json(raw)
         except (ValueError, TypeError, KeyError):
-            pass
-    legacy = annotations.get(LEGACY_NODES)
-    if legacy:
-        try:
-            parsed = json.loads(legacy)
-            return capacity.whole_nodes({str(k): int(v) for k, v in parsed.items()})
-        except (ValueError, TypeError, AttributeError):
             pass
     nodes: dict[str, int] = {}
     for engine in (obj.get("spec") or {}).get("engines") or []:

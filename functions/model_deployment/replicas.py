@@ -115,11 +115,7 @@ def pinned_replica(observed: Mapping[str, Any]) -> dict[str, Any]:
     }
     annotations = meta.get("annotations") or {}
     # What the replica was proposed with stays; the binder's own annotations are its to write.
-    kept = {
-        k: annotations[k]
-        for k in (binding.DEMAND, binding.LEGACY_NODES, REPLACES)
-        if k in annotations
-    }
+    kept = {k: annotations[k] for k in (binding.DEMAND, REPLACES) if k in annotations}
     if kept:
         out_meta["annotations"] = kept
     return {

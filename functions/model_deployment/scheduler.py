@@ -121,18 +121,13 @@ class PlacedReplica:
     deployment: str
     revision: str
     cluster: str
-    pool_nodes: Mapping[str, int]  # per pool, one node per pod: what `needs` is without demand
+    demand: Mapping[str, tuple[capacity.Pods, ...]]  # per pool (plnt.binding.demand_of)
     engine_pools: tuple[tuple[str, str], ...]  # (engine, pool)
-    demand: Mapping[str, tuple[capacity.Pods, ...]] | None = None  # None: whole pool_nodes
     slots: Mapping[str, tuple[capacity.Slot, ...]] | None = None  # committed by the binder
     state: str = binding.PENDING
     message: str = ""  # the binder's refusal
     over_committed: str = ""
     ledger: int = 0  # bound: the ledger sequence of the commit
-
-    @property
-    def needs(self) -> Mapping[str, tuple[capacity.Pods, ...]]:
-        return self.demand if self.demand is not None else capacity.whole_nodes(self.pool_nodes)
 
 
 # --- outputs ----------------------------------------------------------------------------
@@ -157,7 +152,6 @@ class Placement:
 
     cluster: str
     engines: tuple[EnginePlacement, ...]
-    pool_nodes: Mapping[str, int]  # per pool, one node per pod of its members with devices
     demand: Mapping[str, tuple[capacity.Pods, ...]] = dataclasses.field(default_factory=dict)
 
 
@@ -233,16 +227,14 @@ def placed_replica(obj: Mapping[str, Any], *, whole_spec: bool = True) -> Placed
         pool = next((m.get("nodePoolName", "") for m in engine.get("members") or []), "")
         engine_pools.append((engine.get("name", ""), pool))
     state = binding.state_of(obj, whole_spec=whole_spec)
-    pool_nodes = {pool: sum(p.count for p in pods) for pool, pods in state.demand.items()}
     return PlacedReplica(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         deployment=obj_labels.get(labels.DEPLOYMENT, ""),
         revision=obj_labels.get(labels.REVISION, ""),
         cluster=spec.get("clusterName", ""),
-        pool_nodes=pool_nodes,
-        engine_pools=tuple(engine_pools),
         demand=state.demand,
+        engine_pools=tuple(engine_pools),
         slots=state.slots,
         state=state.state,
         message=state.message,
@@ -475,7 +467,7 @@ class Scheduler:
     def charge_proposed(self, replica: PlacedReplica) -> None:
         """A replica not committed yet (or placed before the binder): packed by its demand, each
         pod where it still fits, so a pool it over-fills reads as full."""
-        for pool, pods in replica.needs.items():
+        for pool, pods in replica.demand.items():
             account = self.pools.get((replica.cluster, pool))
             if account is not None:
                 account.pack_what_fits(pods)
@@ -645,7 +637,6 @@ class Scheduler:
 
     def placement(self, cluster: Cluster, choice: _Choice) -> Placement:
         engines = []
-        nodes: dict[str, int] = {}
         demand: dict[str, tuple[capacity.Pods, ...]] = {}
         for engine, (pool, fit) in zip(self.engines, choice.pools, strict=True):
             members = []
@@ -655,7 +646,6 @@ class Scheduler:
                 devices = fit.devices[idx] if fit is not None else None
                 requests: list[dict[str, Any]] = []
                 if member.requests is not None and devices is not None:
-                    nodes[pool.name] = nodes.get(pool.name, 0) + member.pods * engine.copies
                     for req, dev in zip(member.requests, devices, strict=True):
                         if (dev.get("claim") or CLAIM_DRA) != CLAIM_DRA:
                             continue
@@ -669,7 +659,7 @@ class Scheduler:
                         requests.append(request)
                 members.append(MemberPlacement(pool.name, tuple(requests)))
             engines.append(EnginePlacement(engine.name, pool.name, tuple(members)))
-        return Placement(cluster.name, tuple(engines), nodes, demand)
+        return Placement(cluster.name, tuple(engines), demand)
 
 
 def keep_pins(

@@ -10,9 +10,9 @@ covers reading it, scheduling, composing and writing the response.
 
     python -m plnt_host.bench.scheduler          # prints one JSON object
 
-Accounting: per size, what the placed replicas take in devices (the scheduler's unit
-now) beside what the old accounting charged them in whole nodes, and how many more 1-GPU
-replicas the fleet left free would hold under each (GPUs free on packable nodes vs free nodes).
+Accounting: per size, what the placed replicas take in devices (the scheduler's unit), the
+nodes they touch, and how many more 1-GPU replicas the fleet left free would hold (GPUs free on
+packable nodes).
 """
 
 from __future__ import annotations
@@ -269,8 +269,8 @@ def bench(sizes: tuple[tuple[int, int, int], ...] = SIZES, runs: int = 5) -> dic
 
 
 def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
-    """The placement in devices and in nodes (the unit devices replaced), and the headroom
-    left for 1-GPU replicas under each."""
+    """The placement in devices, the nodes it touches, and the headroom left for 1-GPU
+    replicas."""
     from plnt import binding, capacity, xp
 
     placed = [
@@ -292,33 +292,30 @@ def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> d
             )
     total_gpus = sum(p.nodes * p.shape.devices() for p in pools.values())
     total_nodes = sum(p.nodes for p in pools.values())
-    nodes_old = 0
     for obj in others + placed:
-        demand = binding.demand_of(obj)
-        for pool, pods in demand.items():
+        for pool, pods in binding.demand_of(obj).items():
             account = pools.get((obj["spec"]["clusterName"], pool))
             if account is not None:
                 account.pack_what_fits(pods)
-            nodes_old += sum(p.count for p in pods)  # old: one node per pod, whatever it asks
     placed_gpus = sum(
         p.count * dict(p.demand).get("device:gpu", 0)
         for obj in placed
         for pods in binding.demand_of(obj).values()
         for p in pods
     )
-    taken_now = sum(p.used_devices() for p in pools.values())
-    nodes_now = sum(p.nodes - p.free_nodes() for p in pools.values())
+    gpus_taken = sum(p.used_devices() for p in pools.values())
+    nodes_touched = sum(p.nodes - p.free_nodes() for p in pools.values())
     one_gpu = capacity.Pods(1, ((capacity.device_key("gpu"), 1),))
-    room_new = 0
+    room = 0
     for account in pools.values():
         free = account.free_total(capacity.device_key("gpu"))
-        room_new += free - account.pack_what_fits([dataclasses.replace(one_gpu, count=free)])
+        room += free - account.pack_what_fits([dataclasses.replace(one_gpu, count=free)])
     return {
         "fleet": {"gpus": total_gpus, "nodes": total_nodes},
         "placed_gpus": placed_gpus,
-        "now": {"gpus_taken": taken_now, "nodes_touched": nodes_now},
-        "before": {"nodes_taken": nodes_old},
-        "one_gpu_replicas_that_still_fit": {"now": room_new, "before": total_nodes - nodes_old},
+        "gpus_taken": gpus_taken,
+        "nodes_touched": nodes_touched,
+        "one_gpu_replicas_that_still_fit": room,
     }
 
 

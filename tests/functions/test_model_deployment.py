@@ -259,6 +259,9 @@ def test_fleet_examples_are_not_scenarios() -> None:
     )
 
 
+DEMAND = '{"h100":[[1,{"device:gpu":4},false]]}'
+
+
 def test_fleet_objects_are_read_through_their_shapes() -> None:
     from google.protobuf import struct_pb2
 
@@ -267,12 +270,12 @@ def test_fleet_objects_are_read_through_their_shapes() -> None:
     mr = copy.deepcopy(next(o for o in FLEET if o["kind"] == "ModelReplica"))
     mr["metadata"]["managedFields"] = [{"manager": "kubectl"}]
     mr["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
-    mr["metadata"]["annotations"]["plnt.work/pool-nodes"] = '{"h100": 1}'
+    mr["metadata"]["annotations"]["plnt.work/pool-demand"] = DEMAND
     s = struct_pb2.Struct()
     s.update(mr)
     got = reading.read(s, reading.REPLICA)
     assert set(got["metadata"]) == {"name", "namespace", "labels", "annotations"}
-    assert got["metadata"]["annotations"] == {"plnt.work/pool-nodes": '{"h100": 1}'}
+    assert got["metadata"]["annotations"] == {"plnt.work/pool-demand": DEMAND}
     (member,) = got["spec"]["engines"][0]["members"]
     assert member == {
         "role": "Standalone",

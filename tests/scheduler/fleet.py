@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from functions.model_deployment import scheduler
+from plnt import capacity
 from plnt.fleet import cluster_of
 from plnt.models.model_deployment import Engine
 
@@ -117,16 +118,17 @@ def engine(name: str = "llm", *members: dict[str, Any], copies: int = 1) -> dict
 
 
 def placed(
-    name: str, cluster_name: str, pool_nodes: dict[str, int], deployment: str = "other"
+    name: str, cluster_name: str, nodes: dict[str, int], deployment: str = "other"
 ) -> scheduler.PlacedReplica:
+    """A replica taking a whole node per pod: `nodes` pods on each pool."""
     return scheduler.PlacedReplica(
         namespace="ns",
         name=name,
         deployment=deployment,
         revision="r1",
         cluster=cluster_name,
-        pool_nodes=pool_nodes,
-        engine_pools=tuple(("llm", p) for p in pool_nodes),
+        demand=capacity.whole_nodes(nodes),
+        engine_pools=tuple(("llm", p) for p in nodes),
     )
 
 

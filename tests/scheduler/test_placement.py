@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from functions.model_deployment import scheduler
-from plnt import binding, capacity
+from plnt import capacity
 from plnt.fleet import cluster_of
 from tests.scheduler.fleet import (
     CLASSES,
@@ -200,7 +200,6 @@ def test_synthetic_devices_are_dropped_from_device_requests() -> None:
     result = run(engines, [cluster("a", [("cpu", "cpu", 2)])], 1, classes=classes)
     (placement,) = result.placed
     assert placement.engines[0].members[0].device_requests == ()
-    assert placement.pool_nodes == {"cpu": 1}
     # the Synthetic device is still counted: one of the node's one cpu device per pod
     assert placement.demand == {"cpu": (capacity.Pods(1, (("device:gpu", 1),)),)}
 
@@ -261,20 +260,11 @@ def test_keep_only_never_places() -> None:
     assert result.placed == []
 
 
-@pytest.mark.parametrize(
-    ("annotations", "expect"),
-    [
-        ({}, {"p": 3, "q": 1}),
-        ({binding.LEGACY_NODES: '{"p": 7}'}, {"p": 7}),
-        ({binding.LEGACY_NODES: "not json"}, {"p": 3, "q": 1}),
-    ],
-)
-def test_placed_replica_cost(annotations: dict, expect: dict) -> None:
+def test_a_replica_made_by_hand_costs_a_whole_node_per_pod_with_devices() -> None:
     obj = {
         "metadata": {
             "name": "r-0",
             "namespace": "x",
-            "annotations": annotations,
             "labels": {"modelplane.ai/deployment": "r"},
         },
         "spec": {
@@ -301,7 +291,7 @@ def test_placed_replica_cost(annotations: dict, expect: dict) -> None:
         },
     }
     replica = scheduler.placed_replica(obj)
-    assert dict(replica.pool_nodes) == expect
+    assert dict(replica.demand) == capacity.whole_nodes({"p": 3, "q": 1})
     assert replica.engine_pools == (("g", "p"), ("h", "q"), ("cpu", "q"))
     assert (replica.deployment, replica.cluster) == ("r", "a")
 
@@ -349,7 +339,6 @@ def test_a_shared_node_is_not_free_for_a_gang() -> None:
             deployment="small",
             revision="r",
             cluster="a",
-            pool_nodes={"h": 1},
             engine_pools=(("llm", "h"),),
             demand={"h": (capacity.Pods(1, (("device:gpu", 1),)),)},
         )
@@ -395,7 +384,6 @@ def test_the_pool_that_wastes_least_still_wins_and_small_nodes_break_ties() -> N
             deployment="x",
             revision="r",
             cluster="a",
-            pool_nodes={"gpu-h100": 1},
             engine_pools=(("llm", "gpu-h100"),),
             demand={"gpu-h100": (capacity.Pods(1, (("device:gpu", 1),)),)},
         )
@@ -412,7 +400,6 @@ def test_bound_replicas_count_by_their_slots_refused_ones_not_at_all() -> None:
             deployment="o",
             revision="r",
             cluster="a",
-            pool_nodes={"h": 1},
             engine_pools=(("llm", "h"),),
             demand={"h": (capacity.Pods(1, (("device:gpu", 8),)),)},
             **kw,
@@ -436,7 +423,6 @@ def test_a_refused_replica_is_replaced_away_from_the_pool_that_refused_it() -> N
         deployment="m",
         revision="r1",
         cluster="a",
-        pool_nodes={"gpu-l4": 1},
         engine_pools=(("llm", "gpu-l4"),),
         demand={"gpu-l4": (capacity.Pods(1, (("device:gpu", 1),)),)},
         state="Refused",
@@ -487,7 +473,6 @@ def test_a_pin_not_yet_bound_lasts_only_while_its_cluster_admits_the_namespace(
         deployment="m",
         revision="r1",
         cluster="a",
-        pool_nodes={"gpu-l4": 1},
         engine_pools=(("llm", "gpu-l4"),),
         demand={"gpu-l4": (capacity.Pods(1, (("device:gpu", 1),)),)},
         slots={"gpu-l4": (capacity.Slot(0, (("device:gpu", 1),)),)} if state == "Bound" else None,

@@ -82,7 +82,7 @@ def test_never_overcommits(engs: list, spec: list, other_spec: list, replicas: i
         count, cls = nodes[key]
         gpus = per_node[cls]
         demands = [
-            pods for r in existing if r.cluster == key[0] for pods in r.needs.get(key[1], ())
+            pods for r in existing if r.cluster == key[0] for pods in r.demand.get(key[1], ())
         ]
         demands += [
             pods for p in result.placed if p.cluster == key[0] for pods in p.demand.get(key[1], ())
@@ -97,8 +97,8 @@ def test_never_overcommits(engs: list, spec: list, other_spec: list, replicas: i
             count, class_shape(next(k for k in CLASSES if k["metadata"]["name"] == cls))
         )
         for r in existing:
-            if r.cluster == key[0] and key[1] in r.needs:
-                pool.pack(r.needs[key[1]])
+            if r.cluster == key[0] and key[1] in r.demand:
+                pool.pack(r.demand[key[1]])
         for p in result.placed:
             if p.cluster == key[0] and key[1] in p.demand:
                 assert pool.pack(p.demand[key[1]]) is not None, (key, p.demand)
