@@ -165,3 +165,20 @@ class Watch:
 def is_subsequence(wanted: list[Any], seen: list[Any]) -> bool:
     it = iter(seen)
     return all(any(v == w for v in it) for w in wanted)
+
+
+class Timeline:
+    """Seconds from an event (``start``, time.monotonic() when it happened; by default when
+    the timeline is made) to the first look at which each step held."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.start = time.monotonic() if start is None else start
+        self.seen: dict[str, float] = {}
+
+    def mark(self, step: str, holds: bool) -> None:
+        if holds and step not in self.seen:
+            self.seen[step] = time.monotonic() - self.start
+
+    def line(self, step: str) -> str:
+        at = self.seen.get(step)
+        return f"  {step:<40} {'never' if at is None else f'{at:6.1f} s'}"

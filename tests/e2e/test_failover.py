@@ -179,22 +179,6 @@ def _wait(
         raise TimeoutError(f"{e}\n{_state(plane)}") from None
 
 
-class Timeline:
-    """Seconds from the outage to the first look at which each step held."""
-
-    def __init__(self, start: float) -> None:
-        self.start = start  # time.monotonic() of the SIGSTOP
-        self.seen: dict[str, float] = {}
-
-    def mark(self, step: str, holds: bool) -> None:
-        if holds and step not in self.seen:
-            self.seen[step] = time.monotonic() - self.start
-
-    def line(self, step: str) -> str:
-        at = self.seen.get(step)
-        return f"  {step:<38} {'never' if at is None else f'{at:6.1f} s'}"
-
-
 class Requests:
     """Chat completions through the control-plane Gateway to a URL, one every 0.25 s, on a
     thread of its own: how many were sent and, for each that failed, when it was sent (its
@@ -292,7 +276,7 @@ def test_b_a_short_outage_is_reported_and_moves_nothing(
     before = _wait(plane, lambda: _spread(plane, STEADY), 420, "steady spread over both")
     uids = {n: r["metadata"]["uid"] for n, r in _replicas(plane, STEADY).items()}
     degraded = next(n for n, c in before.items() if c == OTHER)
-    timeline = Timeline(plane.pause_workload(OTHER, True))
+    timeline = live.Timeline(plane.pause_workload(OTHER, True))
     try:
         _wait(plane, lambda: _cluster_down(plane), 120, f"{OTHER} reported not Ready")
         timeline.mark("not Ready reported", True)
@@ -355,7 +339,7 @@ def test_a_a_long_outage_fails_over_and_the_surplus_goes_when_it_returns(
     requests = Requests(url, lambda: _forwarded(plane), lambda: _data_plane(plane))
     not_ready_run: list[str] = []
     said: set[str] = set()  # the run's ClustersHealthy messages
-    timeline = Timeline(plane.pause_workload(OTHER, True))
+    timeline = live.Timeline(plane.pause_workload(OTHER, True))
     replacement = ""
     try:
 

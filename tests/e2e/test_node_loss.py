@@ -125,22 +125,6 @@ def two_clusters(plane: ControlPlane) -> Iterator[None]:
         fleet.wait_in_view(plane, OTHER, ready=False)
 
 
-class Timeline:
-    """Seconds from the deletion to the first look at which each step held."""
-
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-        self.seen: dict[str, float] = {}
-
-    def mark(self, step: str, holds: bool) -> None:
-        if holds and step not in self.seen:
-            self.seen[step] = time.monotonic() - self.start
-
-    def line(self, step: str) -> str:
-        at = self.seen.get(step)
-        return f"  {step:<40} {'never' if at is None else f'{at:6.1f} s'}"
-
-
 @pytest.mark.timeout(1200)
 def test_a_deleted_node_drops_capacity_and_its_stuck_replica_fails_over(
     plane: ControlPlane, two_clusters: None, capsys: pytest.CaptureFixture[str]
@@ -157,7 +141,7 @@ def test_a_deleted_node_drops_capacity_and_its_stuck_replica_fails_over(
                    if (p.get("spec") or {}).get("nodeName") == NODE}  # fmt: skip
     assert pods_before, f"no pod of {stuck} on {NODE}"
 
-    timeline = Timeline()
+    timeline = live.Timeline()
     # the Node goes, and with it what its DRA driver published (the kubelet plugin's slices
     # are the Node's by owner reference)
     wl.delete("v1", "Node", NODE)
