@@ -49,9 +49,10 @@ interleaving of the children's reports between two reconciles so shows every ste
   restarted, a replica added, a status lagging a reconcile) is told in the message under the
   step reached; after Ready, under Ready until the next run (the run is complete).
 - Where it starts. A fresh run (the written `workflowRunId` is another run's: the spec was
-  updated) starts before Validating, so Validating is always written first. Pending, and Failed
-  because the ModelDeployment cannot be reconciled, are written whenever observed, from any
-  step; the walk resumes after them as after Validating, or, when the deployment has settled
+  updated) starts before Validating, so Validating is always written first. Pending is written
+  whenever observed, from any step; Failed because the ModelDeployment cannot be reconciled
+  too, except after Ready in the same run (the complete run still serves: it is said under
+  Ready). The walk resumes after them as after Validating, or, when the deployment has settled
   meanwhile (no revision under test, nothing just promoted, rolled back or failed: a scale-up
   that could not be placed after Ready), goes to the target at once. RolledBack, and Failed by
   the gate, come after SmokeTesting: the walk shows the steps up to the smoke test first.
@@ -222,10 +223,14 @@ def derive(
     if previous not in PHASES or previous == target.name:
         return target
     goal = _goal(target, deployment)
-    if goal is None:
-        return target  # Pending, and Failed because the deployment cannot be reconciled
     reached = _reached(previous, last, run)
     first_rollout = not (last.get("url") or last.get("endpoint"))
+    if goal is None and target.name == FAILED and reached == ORDER.index(READY):
+        # a complete run serves on while its deployment cannot be reconciled (a function
+        # revision activating during an upgrade fails a reconcile or two): said under Ready
+        return _held(target, READY, last, first_rollout)
+    if goal is None:
+        return target  # Pending, and Failed because the deployment cannot be reconciled
     if goal == reached:
         return target
     if goal < reached:

@@ -399,3 +399,39 @@ def test_without_a_written_phase_the_target_is_written_as_is() -> None:
     """A new object, or a preview (`plnt render`): nothing to walk from."""
     md = _md(_FIRST, {"revision": "b", "state": "Measuring"}, _SCHEDULED, _READY, _AWAITING)
     assert phases.derive(md, None, "r-0123456789").name == "SmokeTesting"
+
+
+def test_after_ready_a_deployment_that_cannot_be_reconciled_is_told_under_ready() -> None:
+    """A complete run keeps serving while its ModelDeployment cannot be reconciled for a while
+    (Crossplane fails a reconcile while a function's new revision activates during an
+    upgrade): the run stays Ready and says why, and a fresh run still shows Failed."""
+    xr = updated(model__quantization="fp8")
+    xr["status"] = status(run(xr, canary_children(8, "")))
+    run_id = xr["status"]["workflowRunId"]
+    xr["status"]["phase"] = "Ready"
+    settled = canary_children(8, run_id)
+    failing = copy.deepcopy(settled)
+    failing[fn.DEPLOYMENT]["status"]["conditions"].append(
+        {
+            "type": "Synced",
+            "status": "False",
+            "reason": "ReconcileError",
+            "message": "cannot run Composition pipeline step: function not ready",
+        }
+    )
+    got = []
+    for children in (failing, settled):
+        rsp = run(xr, children)
+        st = status(rsp)
+        (serving,) = [c.message for c in rsp.conditions if c.type == "Serving"]
+        got.append((st["phase"], serving, st.get("url")))
+        xr = copy.deepcopy(xr)
+        xr["status"] = st
+    said = (
+        "the run is complete and its endpoint serves; now: the ModelDeployment cannot be "
+        "reconciled: cannot run Composition pipeline step: function not ready"
+    )
+    assert got == [("Ready", said, _URL), ("Ready", f"serving at {_URL}", _URL)]
+
+    fresh = updated(model__quantization="fp8")  # the last status is another run's Ready
+    assert status(run(fresh, failing))["phase"] == "Failed"
