@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from plnt import capacity, fleet
+from plnt import capacity
+from plnt.capacity import offer
 
 GANG_ROLES = ("Leader", "Worker")
 
@@ -38,7 +39,7 @@ def pod_resources(resources: Iterable[Mapping[str, Any] | None]) -> tuple[int, i
             raw = requests.get(key, limits.get(key))
             if raw is None:
                 continue
-            amount = fleet.amount(raw, milli=key == capacity.CPU)
+            amount = offer.amount(raw, milli=key == capacity.CPU)
             if key == capacity.CPU:
                 cpu += amount
             else:

@@ -97,8 +97,8 @@ GPU_CLASS = "gpu.nvidia.com"  # the DRA device class of the tests' GPUs, device 
 
 
 def gpu_shape(gpus: int, **offers: int) -> Any:
-    """One node offering `gpus` GPUs through DRA (and `offers`, e.g. cpu): as plnt.fleet reads
-    an InferenceClass of them."""
+    """One node offering `gpus` GPUs through DRA (and `offers`, e.g. cpu): as
+    plnt.capacity.offer reads an InferenceClass of them."""
     from plnt import capacity
 
     return capacity.Shape(

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from plnt import cluster_health, conditions
-from plnt.fleet import Cluster
+from plnt.capacity.offer import Cluster
 
 # Each degraded replica's message names at most this many; the rest are counted
 SHOWN = 5

@@ -51,8 +51,9 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import failover, reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
-from plnt import binding, conditions, contracts, fleet_view, ledger_parse, pod_policy, tenancy, xp
-from plnt import fleet as fleet_model
+from plnt import binding, conditions, contracts, ledger_parse, pod_policy, tenancy, xp
+from plnt.capacity import fleet_view
+from plnt.capacity import offer as fleet_model
 from plnt.models import model_deployment
 from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision

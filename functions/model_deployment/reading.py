@@ -17,13 +17,14 @@ from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import binding, capacity, cluster_health, contracts, fleet, fleet_view, pool_nodes
+from plnt import binding, capacity, cluster_health, contracts
+from plnt.capacity import fleet_view, offer, pool_nodes
 
 Shape = Any  # dict[str, Shape] | list[Shape] | bool
 
 CLUSTER: Shape = {
     # the binder's published health (plnt.cluster_health): whether its API server answers; and
-    # its pools' Ready nodes (plnt.pool_nodes), which cap what each pool offers
+    # its pools' Ready nodes (plnt.capacity.pool_nodes), which cap what each pool offers
     "metadata": {
         "name": True,
         "labels": True,
@@ -115,7 +116,7 @@ class Snapshot:
     else from every InferenceCluster and every ModelReplica (a fleet no binder has viewed yet:
     `plnt render`, `crossplane render`, a first install)."""
 
-    clusters: list[fleet.Cluster]
+    clusters: list[offer.Cluster]
     replicas: list[dict[str, Any]]  # without a view: every ModelReplica on the fleet
     views: Mapping[str, fleet_view.ClusterView]  # with a view: its clusters' committed use
     size: int  # clusters on the whole fleet
@@ -221,10 +222,10 @@ def held_by_name(req: fnv1.RunFunctionRequest) -> set[str]:
 
 def clusters_by_name(
     req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, names: Iterable[str]
-) -> dict[str, fleet.Cluster | None]:
+) -> dict[str, offer.Cluster | None]:
     """Asks for each InferenceCluster of `names` by name; of those Crossplane has answered, the
     cluster, or None where there is no such InferenceCluster."""
-    out: dict[str, fleet.Cluster | None] = {}
+    out: dict[str, offer.Cluster | None] = {}
     for name in sorted(set(names)):
         requirement = f"{CLUSTER_BY_NAME}{name}"
         response.require_resources(
@@ -232,7 +233,7 @@ def clusters_by_name(
         )
         if requirement in req.required_resources:
             items = req.required_resources[requirement].items
-            out[name] = fleet.cluster_of(read(items[0].resource, CLUSTER)) if items else None
+            out[name] = offer.cluster_of(read(items[0].resource, CLUSTER)) if items else None
     return out
 
 
@@ -247,6 +248,6 @@ def _whole_fleet(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) ->
     )  # fmt: skip
     if clusters is None or replicas is None:
         return None
-    parsed = [fleet.cluster_of(c) for c in clusters]
+    parsed = [offer.cluster_of(c) for c in clusters]
     every = frozenset(c.name for c in parsed)
     return Snapshot(parsed, replicas, {}, len(parsed), False, read=every)

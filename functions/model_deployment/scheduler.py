@@ -18,7 +18,7 @@ the devices of its requests (and, when the class declares ``nodeResources``, its
 memory); a gang pod (Leader or Worker) takes a whole node. A member without a nodeSelector
 costs nothing and lands on its engine's pool. A pool offers its ``status.pools[].nodeCapacity``
 nodes (until the cluster reports pools, the spec's maxNodeCount, else nodeCount, which is what
-it will report; fewer while fewer are Ready, `plnt.pool_nodes`), less what every placed
+it will report; fewer while fewer are Ready, `plnt.capacity.pool_nodes`), less what every placed
 replica takes on them: the slots the binder committed for a bound one, its demand packed where
 it fits for one not bound yet. A replica is placed only where every engine's pods pack in full:
 never overcommitted.
@@ -55,7 +55,7 @@ from typing import Any
 
 from plnt import binding, capacity, conditions, labels, tenancy
 from plnt import demand as demand_
-from plnt.fleet import Cluster, Pool, class_shape
+from plnt.capacity.offer import Cluster, Pool, class_shape
 from plnt.models import model_deployment as models
 from plnt.models.model_replica import Container
 
@@ -625,7 +625,7 @@ class Scheduler:
                 account = self.pools[(cluster.name, pool.name)]
                 slots = account.pack(fit.pods)
                 if slots is None:
-                    # a pool offering fewer nodes than its spec says why (plnt.pool_nodes)
+                    # a pool offering fewer nodes than its spec says why (plnt.capacity.pool_nodes)
                     fewer = cluster.reduced.get(pool.name)
                     fewer = f", {fewer}" if fewer else ""
                     per_pool.append(f"pool {pool.name}: {account.shortfall(fit.pods)}{fewer}")

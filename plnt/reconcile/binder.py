@@ -11,9 +11,9 @@ conflict (another binder, or a concurrent pass) re-reads that cluster's ledger a
 and decides again. A ledger that cannot be read (a copy that does not parse, copies that
 contradict each other, both gone after a commit) closes its cluster: nothing is committed there,
 proposals no copy holds are refused naming the ConfigMap and the fault, and a Warning Event on
-the InferenceCluster says so (docs/reconciler.md). Last, the fleet view (`plnt.fleet_view`) of
-the ledgers as committed, a closed cluster offering nothing: what the ModelDeployment function
-schedules on instead of the whole fleet.
+the InferenceCluster says so (docs/reconciler.md). Last, the fleet view
+(`plnt.capacity.fleet_view`) of the ledgers as committed, a closed cluster offering nothing:
+what the ModelDeployment function schedules on instead of the whole fleet.
 
 Tenancy (plnt.tenancy, docs/tenancy.md): before the clusters, every InferenceQuota's quota
 ledger (`plnt-quota-<name>`, same namespace, with its record) is decided and written the same
@@ -41,17 +41,8 @@ import pydantic
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import (
-    binding,
-    cluster_health,
-    contracts,
-    fleet,
-    fleet_view,
-    ledger_parse,
-    names,
-    pool_nodes,
-    tenancy,
-)
+from plnt import binding, cluster_health, contracts, ledger_parse, names, tenancy
+from plnt.capacity import fleet_view, offer, pool_nodes
 from plnt.ledger_parse import UnreadableLedgerError
 from plnt.reconcile import ledger as ledgers
 from plnt.reconcile import probe
@@ -544,7 +535,7 @@ class Binder:
             meta = dict(obj.get("metadata") or {})
             meta["annotations"] = {**(meta.get("annotations") or {}), pool_nodes.ANNOTATION: value}
             out[name] = {**obj, "metadata": meta}
-            before, after = fleet.cluster_of(obj).reduced, fleet.cluster_of(out[name]).reduced
+            before, after = offer.cluster_of(obj).reduced, offer.cluster_of(out[name]).reduced
             if before == after:
                 continue
             if after:

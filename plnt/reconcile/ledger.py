@@ -22,7 +22,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from plnt import binding, capacity, cluster_health, demand, fleet, fleet_view, tenancy
+from plnt import binding, capacity, cluster_health, demand, tenancy
+from plnt.capacity import fleet_view, offer
 from plnt.ledger_parse import UnreadableLedgerError
 
 DATA_KEY = binding.LEDGER_DATA_KEY
@@ -341,9 +342,9 @@ def pools_of(
     cluster: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, capacity.Pool]:
     """The cluster's pools, empty, as the scheduler counts them (same reading of the status)."""
-    parsed = fleet.cluster_of(cluster)
+    parsed = offer.cluster_of(cluster)
     return {
-        p.name: capacity.Pool(p.capacity, fleet.class_shape(classes.get(p.class_name)))
+        p.name: capacity.Pool(p.capacity, offer.class_shape(classes.get(p.class_name)))
         for p in parsed.pools
     }
 

@@ -16,8 +16,8 @@ the binder's pass that follows (every `--bind-interval`) publishes it.
 
 Each probe that answers is followed by a reading of the cluster's Nodes that carry the pool
 label (one list call, served from the API server's watch cache), counted per pool by
-plnt.pool_nodes: what the binder publishes as `plnt.work/ready-nodes`, so capacity follows the
-nodes that exist. A cluster that does not answer is not read: its last counts stand.
+plnt.capacity.pool_nodes: what the binder publishes as `plnt.work/ready-nodes`, so capacity
+follows the nodes that exist. A cluster that does not answer is not read: its last counts stand.
 
 Probes run on threads of their own, never on the binder's pass: a hung API server costs its
 probe the timeout and nothing else. Credentials stay in memory (the Kubernetes client writes
@@ -40,7 +40,8 @@ from typing import Any
 
 import yaml
 
-from plnt import cluster_health, labels, pool_nodes
+from plnt import cluster_health, labels
+from plnt.capacity import pool_nodes
 from plnt.cluster_health import Record
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ class Target:
         return Outcome(False, cluster_health.NOT_READY, f"{where}: HTTP {response.status}{detail}")
 
     def nodes(self, timeout: float, now: float) -> pool_nodes.Observation:
-        """The pools' Nodes counted (plnt.pool_nodes), or why they could not be read."""
+        """The pools' Nodes counted (plnt.capacity.pool_nodes), or why they could not be read."""
         where = f"GET {self.server}/api/v1/nodes"
         try:
             method, url, headers, body, post = self.api.param_serialize(

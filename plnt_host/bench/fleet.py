@@ -43,7 +43,8 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import binding, fleet_view, xp
+from plnt import binding, xp
+from plnt.capacity import fleet_view
 from plnt.reconcile import ledger
 from plnt_host import render
 from plnt_host.bench import scheduler as bench_scheduler

@@ -28,7 +28,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from plnt import contracts
-from plnt.fleet import class_shape, cluster_of
+from plnt.capacity.offer import class_shape, cluster_of
 
 SIZES = ((10, 4, 1), (100, 8, 100), (1000, 8, 100))
 TARGET_S = 0.5  # the budget for one RunFunction at (1000, 8, 100)

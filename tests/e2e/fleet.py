@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from plnt import fleet_view
+from plnt.capacity import fleet_view
 from tests.e2e import live, lws, simulator
 from tests.e2e.stack import REPO, ControlPlane
 

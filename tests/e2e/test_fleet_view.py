@@ -24,7 +24,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import fn
-from plnt import fleet_view
+from plnt.capacity import fleet_view
 from plnt_host import render
 from tests.e2e import fleet, live
 from tests.e2e.stack import REPO

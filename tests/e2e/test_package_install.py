@@ -29,7 +29,8 @@ import httpx
 import pytest
 import yaml
 
-from plnt import fleet_view, labels
+from plnt import labels
+from plnt.capacity import fleet_view
 from tests.e2e import engines, fleet, kube, live, packages, stack
 
 API = "modelplane.ai/v1alpha1"

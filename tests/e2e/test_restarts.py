@@ -32,7 +32,8 @@ import httpx
 import pytest
 import yaml
 
-from plnt import binding, fleet_view, labels, ledger_parse
+from plnt import binding, labels, ledger_parse
+from plnt.capacity import fleet_view
 from plnt.reconcile import binder, ledger
 from tests.e2e import engines, fleet, live
 from tests.e2e.stack import REPO, ControlPlane

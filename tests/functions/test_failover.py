@@ -15,7 +15,8 @@ import pytest
 from functions.model_deployment import failover, scheduler
 from functions.model_deployment import fn as deployment_fn
 from functions.model_deployment import replicas as rep
-from plnt import cluster_health, fleet
+from plnt import cluster_health
+from plnt.capacity import offer
 from plnt.models import model_deployment
 from plnt_host import render
 from tests.functions.test_model_deployment import EXAMPLES, SCHEDULE_ONLY, condition, of_kind
@@ -183,10 +184,10 @@ def test_the_function_is_called_again_when_the_grace_period_ends() -> None:
     assert failover.next_due(found, SINCE + GRACE + 1) is None
 
 
-def _clusters() -> dict[str, fleet.Cluster]:
+def _clusters() -> dict[str, offer.Cluster]:
     return {
         c.name: c
-        for c in (fleet.cluster_of(o) for o in SCENARIO.required if o["kind"] == "InferenceCluster")
+        for c in (offer.cluster_of(o) for o in SCENARIO.required if o["kind"] == "InferenceCluster")
     }
 
 
@@ -197,8 +198,8 @@ def _placed(name: str, cluster: str) -> scheduler.PlacedReplica:
     return scheduler.PlacedReplica("ns", name, "d", "r", cluster, {}, ())
 
 
-def _cluster(name: str, ready: bool) -> fleet.Cluster:
-    return fleet.Cluster(name, {}, ready, ())
+def _cluster(name: str, ready: bool) -> offer.Cluster:
+    return offer.Cluster(name, {}, ready, ())
 
 
 CLUSTERS = {"a": _cluster("a", False), "b": _cluster("b", True), "c": _cluster("c", True)}

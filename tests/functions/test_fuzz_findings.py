@@ -13,7 +13,7 @@ from functions.model_deployment import scheduler
 from functions.model_replica import replica as model_replica_objects
 from functions.model_replica import workloads
 from plnt import targets, xp
-from plnt.fleet import cluster_of
+from plnt.capacity.offer import cluster_of
 from plnt.models import (
     coreweave_cluster,
     inference_class,

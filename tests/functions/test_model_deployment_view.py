@@ -14,7 +14,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import fn
-from plnt import fleet_view, xp
+from plnt import xp
+from plnt.capacity import fleet_view
 from plnt.reconcile import ledger
 from plnt_host import render
 from plnt_host.bench import fleet as bench_fleet

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from functions.model_replica import fn as replica_fn
-from plnt import binding, fleet_view, tenancy
+from plnt import binding, tenancy
+from plnt.capacity import fleet_view
 from plnt.reconcile import ledger
 from plnt_host import render
 from tests.functions.test_model_deployment import SCHEDULE_ONLY, as_observed

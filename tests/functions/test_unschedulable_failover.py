@@ -1,7 +1,7 @@
 """A replica whose pods stay unschedulable on a healthy cluster (its pool lost the nodes it ran
 on) counts as degraded: ClustersHealthy carries the kube-scheduler's words, and past
 `spec.failover.after` a replacement is placed where capacity still exists (capacity follows the
-nodes, plnt.pool_nodes), the stuck replica held until it serves. The scenario is
+nodes, plnt.capacity.pool_nodes), the stuck replica held until it serves. The scenario is
 examples/deploy-failover with lab-l4 answering again."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 from functions.model_deployment import failover
 from functions.model_deployment import fn as deployment_fn
 from functions.model_deployment import replicas as rep
-from plnt import cluster_health, pool_nodes
+from plnt import cluster_health
+from plnt.capacity import pool_nodes
 from plnt_host import render
 from tests.functions.test_model_deployment import EXAMPLES, SCHEDULE_ONLY, condition, of_kind
 

@@ -15,7 +15,8 @@ import uuid
 
 import pytest
 
-from plnt import binding, capacity, fleet_view, tenancy
+from plnt import binding, capacity, tenancy
+from plnt.capacity import fleet_view
 from plnt.reconcile import binder, kube, ledger
 from tests.reconcile.apiserver import RECONCILER_TOKEN, REPO
 from tests.support import spec_asking

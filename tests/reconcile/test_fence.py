@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from functions.model_deployment import scheduler
-from plnt import binding, capacity, fleet, tenancy
+from plnt import binding, capacity, tenancy
+from plnt.capacity import offer
 from plnt.reconcile import ledger
 from tests.support import gpu_shape, spec_asking
 
@@ -95,16 +96,16 @@ def test_the_scheduler_and_the_binder_read_the_same_fence_alike(
     fence: dict[str, Any] | None, namespace: str, labels: dict[str, str], committed: bool
 ) -> None:
     """The function takes a cluster's fence from the InferenceCluster it reads by name
-    (plnt.fleet.cluster_of), the binder from the one it lists: one reading, one answer."""
+    (plnt.capacity.offer.cluster_of), the binder from the one it lists: one reading, one answer."""
     obj = inference_cluster(fence)
     ns_labels = tenancy.namespace_labels({"metadata": {"labels": labels}}, namespace)
-    scheduler_admits = tenancy.admits(fleet.cluster_of(obj).fence, ns_labels)
+    scheduler_admits = tenancy.admits(offer.cluster_of(obj).fence, ns_labels)
     replicas = [ledger.Replica.of(proposal(namespace))]
     binder_admits = not ledger.tenancy_refusals(replicas, {"a": obj}, {namespace: labels})
     assert scheduler_admits is binder_admits is committed
     assert scheduler.keep_pins(
         [scheduler.placed_replica(proposal(namespace))],
-        {"a": fleet.cluster_of(obj)},
+        {"a": offer.cluster_of(obj)},
         1,
         lambda c: tenancy.admits(c.fence, ns_labels),
     )[0] == ([scheduler.placed_replica(proposal(namespace))] if committed else [])

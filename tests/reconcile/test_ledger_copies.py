@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from functions.model_deployment import scheduler
-from plnt import binding, capacity, fleet_view, ledger_parse
+from plnt import binding, capacity, ledger_parse
+from plnt.capacity import fleet_view
 from plnt.reconcile import binder, ledger
 from tests.reconcile.test_ledger import apply, replica
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from plnt import cluster_health, fleet_view, pool_nodes
+from plnt import cluster_health
+from plnt.capacity import fleet_view, pool_nodes
 from plnt.reconcile import binder, probe
 from tests.reconcile import test_binder
 from tests.reconcile.apiserver import ADMIN_TOKEN

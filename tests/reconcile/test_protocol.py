@@ -38,7 +38,7 @@ from functions.model_deployment import replicas as rep
 from functions.model_deployment import scheduler
 from functions.model_replica import fn as model_replica_fn
 from plnt import binding, capacity, ledger_parse, tenancy
-from plnt.fleet import cluster_of
+from plnt.capacity.offer import cluster_of
 from plnt.reconcile import binder, ledger
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 from tests.support import spec_asking

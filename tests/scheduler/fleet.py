@@ -11,7 +11,7 @@ from typing import Any
 
 from functions.model_deployment import scheduler
 from plnt import capacity
-from plnt.fleet import cluster_of
+from plnt.capacity.offer import cluster_of
 from plnt.models.model_deployment import Engine
 
 

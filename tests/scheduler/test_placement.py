@@ -8,7 +8,7 @@ import pytest
 
 from functions.model_deployment import scheduler
 from plnt import capacity
-from plnt.fleet import cluster_of
+from plnt.capacity.offer import cluster_of
 from tests.scheduler.fleet import (
     CLASSES,
     StubCel,

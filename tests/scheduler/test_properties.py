@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from functions.model_deployment import scheduler
 from plnt import capacity as pcapacity
-from plnt.fleet import class_shape, cluster_of
+from plnt.capacity.offer import class_shape, cluster_of
 from tests.scheduler.fleet import CLASSES, GPUS, StubCel, cluster, engine, member, placed, view
 
 CLASS_NAMES = [*sorted(GPUS), "missing"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import urllib3
 
-from plnt import cluster_health, fleet, fleet_view
+from plnt import cluster_health
+from plnt.capacity import fleet_view, offer
 from plnt.cluster_health import Record
 from plnt.reconcile import probe
 
@@ -42,18 +43,18 @@ def test_the_record_round_trips_and_garbage_reads_as_not_probed() -> None:
 
 def test_an_unanswering_api_server_makes_a_ready_cluster_degraded() -> None:
     down = Record(False, cluster_health.TIMED_OUT, "no answer within 5s", SINCE)
-    seen = fleet.cluster_of(cluster(True, down))
+    seen = offer.cluster_of(cluster(True, down))
     assert not seen.ready
     assert seen.degraded == cluster_health.Degraded(
         T0, cluster_health.TIMED_OUT, "API server not answering: no answer within 5s"
     )
-    assert fleet.cluster_of(cluster(True)).degraded is None
+    assert offer.cluster_of(cluster(True)).degraded is None
     up = Record(True, cluster_health.REACHABLE, "answers /readyz", SINCE)
-    assert fleet.cluster_of(cluster(True, up)).ready
+    assert offer.cluster_of(cluster(True, up)).ready
 
 
 def test_a_cluster_not_ready_is_degraded_since_its_ready_condition_changed() -> None:
-    seen = fleet.cluster_of(cluster(False))
+    seen = offer.cluster_of(cluster(False))
     assert seen.degraded is not None
     assert (seen.degraded.since, seen.degraded.reason) == (T0, cluster_health.NOT_READY_CONDITION)
     assert "the gateway release is not ready" in seen.degraded.message
@@ -114,8 +115,8 @@ def test_where_the_kubeconfig_is() -> None:
 
 def test_the_fleet_view_carries_why_and_since_when() -> None:
     down = Record(False, cluster_health.REFUSED, "connection refused", SINCE)
-    degraded = fleet.cluster_of(cluster(True, down))
-    healthy = fleet.cluster_of({**cluster(True), "metadata": {"name": "other"}})
+    degraded = offer.cluster_of(cluster(True, down))
+    healthy = offer.cluster_of({**cluster(True), "metadata": {"name": "other"}})
     views = [fleet_view.ClusterView(degraded, 3, {}), fleet_view.ClusterView(healthy, 1, {})]
     maps = fleet_view.configmaps(fleet_view.parts(views))
     read, bad = fleet_view.read(m for m in maps if m["metadata"]["name"] != fleet_view.INDEX_NAME)

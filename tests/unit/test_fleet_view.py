@@ -1,4 +1,4 @@
-"""The fleet view (plnt.fleet_view), pool usage (capacity.NodeUse, Pool.usage/load) and the
+"""The fleet view (plnt.capacity.fleet_view), pool usage (capacity.NodeUse, Pool.usage/load) and the
 ledger's sequence: what the binder writes is what the ModelDeployment function reads back."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from plnt import binding, capacity, fleet, fleet_view
+from plnt import binding, capacity
+from plnt.capacity import fleet_view, offer
 from plnt.reconcile import ledger
 from plnt_host.bench import scheduler as bench
 
@@ -50,7 +51,7 @@ REPLICAS = [
 
 
 def view(name: str, seq: int, labels: dict | None = None, used: dict | None = None):
-    c = fleet.Cluster(name, labels or {"team": "a"}, True, (fleet.Pool("p", "h100", 2),), "gw")
+    c = offer.Cluster(name, labels or {"team": "a"}, True, (offer.Pool("p", "h100", 2),), "gw")
     return fleet_view.ClusterView(c, seq, used or {})
 
 
@@ -110,7 +111,7 @@ def test_bound_fleet_round_trips_through_the_view() -> None:
     assert sorted(got) == sorted(CLUSTERS)
     for name, obj in CLUSTERS.items():
         v = got[name]
-        assert v.cluster == fleet.cluster_of(obj)  # name, labels, ready, pools, gateway
+        assert v.cluster == offer.cluster_of(obj)  # name, labels, ready, pools, gateway
         assert v.cluster.gateway.startswith("10.0.") and v.cluster.ready
         assert v.ledger == committed[name].sequence
         charged = ledger.committed_pools(committed[name], ledger.pools_of(obj, CLASSES))

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from plnt import capacity, fleet, fleet_view, pool_nodes
-from plnt.pool_nodes import Node, Observation, Record
+from plnt import capacity
+from plnt.capacity import fleet_view, offer, pool_nodes
+from plnt.capacity.pool_nodes import Node, Observation, Record
 
 T0 = 1_800_000_000.0
 SINCE = "2027-01-15T08:00:00Z"
@@ -123,21 +124,21 @@ def cluster(record: Record | None, *, autoscaled: bool = False) -> dict[str, Any
 
 
 def test_the_fleet_reads_each_pool_capped_with_why():
-    seen = fleet.cluster_of(cluster(Record({"h100": (3, 4), "cpu": (2, 2)}, SINCE)))
+    seen = offer.cluster_of(cluster(Record({"h100": (3, 4), "cpu": (2, 2)}, SINCE)))
     assert [(p.name, p.capacity) for p in seen.pools] == [("h100", 3), ("cpu", 2)]
     assert seen.reduced == {"h100": f"3 of 4 nodes Ready (4 exist) on the workload cluster "
                                      f"since {SINCE}"}  # fmt: skip
     assert seen.ready  # fewer nodes is not an outage
-    whole = fleet.cluster_of(cluster(None))
+    whole = offer.cluster_of(cluster(None))
     assert [(p.name, p.capacity) for p in whole.pools] == [("h100", 4), ("cpu", 2)]
     assert whole.reduced == {}
-    scaled = fleet.cluster_of(cluster(Record({"h100": (1, 2), "cpu": (2, 2)}, SINCE),
+    scaled = offer.cluster_of(cluster(Record({"h100": (1, 2), "cpu": (2, 2)}, SINCE),
                                       autoscaled=True))  # fmt: skip
     assert [(p.name, p.capacity) for p in scaled.pools] == [("h100", 7), ("cpu", 2)]
     # status.pools (the InferenceCluster function's) is capped the same way
     obj = cluster(Record({"h100": (2, 4), "cpu": (2, 2)}, SINCE))
     obj["status"]["pools"] = [{"name": "h100", "className": "h100-8x", "nodeCapacity": 4}]
-    assert [(p.name, p.capacity) for p in fleet.cluster_of(obj).pools] == [("h100", 2)]
+    assert [(p.name, p.capacity) for p in offer.cluster_of(obj).pools] == [("h100", 2)]
 
 
 def test_the_fleet_view_carries_the_reduced_capacity_and_why():
@@ -146,7 +147,7 @@ def test_the_fleet_view_carries_the_reduced_capacity_and_why():
     view = fleet_view.cluster_view(obj, pools, 7)
     (part,) = fleet_view.parts([view])
     (read,) = fleet_view.decode(part.text)
-    assert read.cluster == fleet.cluster_of(obj)
+    assert read.cluster == offer.cluster_of(obj)
     assert [(p.name, p.capacity) for p in read.cluster.pools] == [("h100", 3), ("cpu", 2)]
     assert read.cluster.reduced["h100"].startswith("3 of 4 nodes Ready")
     # a cluster at full capacity adds nothing to the part

@@ -17,10 +17,11 @@ answer at all (its health, plnt.cluster_health, says so: it is not Ready, so not
 placed on it anyway). A cluster none of whose nodes ever carried the pool label is not counted
 (its pools offer what the spec says); once it was, a pool with no labelled node offers nothing.
 
-`cap` is what every reader of capacity uses (plnt.fleet, hence the scheduler, the binder and
-the fleet view): a fixed pool offers min(nodeCount, Ready nodes); an autoscaled pool (one with
-`maxNodeCount`) offers maxNodeCount less its nodes that exist but are not Ready (a node that is
-gone is one the autoscaler may add again; one that is there and not Ready holds its place).
+`cap` is what every reader of capacity uses (plnt.capacity.offer, hence the scheduler, the
+binder and the fleet view): a fixed pool offers min(nodeCount, Ready nodes); an autoscaled pool
+(one with `maxNodeCount`) offers maxNodeCount less its nodes that exist but are not Ready (a
+node that is gone is one the autoscaler may add again; one that is there and not Ready holds
+its place).
 Capacity that shrinks below what is bound never unbinds anything: the binder reports the
 replicas beyond it as over-committed and commits nothing new on the pool until it fits again
 (docs/scheduler.md, "Capacity follows the nodes"). Pure: no I/O.

@@ -11,7 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from plnt import capacity, cluster_health, pool_nodes, quantity
+from plnt import capacity, cluster_health, quantity
+from plnt.capacity import pool_nodes
 
 
 class Pool(NamedTuple):  # a tuple: a 10,000-cluster view makes 80,000 of these per read
@@ -33,7 +34,7 @@ class Cluster:
     closed: str = ""
     # Why and since when it is degraded (its API server does not answer, or it is not Ready)
     degraded: cluster_health.Degraded | None = None
-    # Pools offering fewer nodes than their spec says, and why (plnt.pool_nodes)
+    # Pools offering fewer nodes than their spec says, and why (plnt.capacity.pool_nodes)
     reduced: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 

@@ -14,6 +14,14 @@ index) so small pods fill partly used nodes before opening empty ones.
 
 Everything here is pure and deterministic: the ModelDeployment function, the binder and the
 protocol model all use it, so they count the same way.
+
+This package is where capacity lives, a module per concern, each pure and shared by the
+scheduler and the binder so both answer from the same code:
+
+- here: the node-pool model (pods, slots, packing);
+- `offer`: what an InferenceCluster's pools offer, read one way for every reader;
+- `pool_nodes`: the pools' Ready nodes, which cap what a pool offers;
+- `fleet_view`: the committed fleet as the binder publishes it and the scheduler reads it.
 """
 
 from __future__ import annotations

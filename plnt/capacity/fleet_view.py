@@ -9,7 +9,7 @@ instead what scheduling needs, once per pass:
 - per cluster: name, labels, Ready (and, when degraded, why and since when: plnt.cluster_health),
   gateway address, the ledger sequence it counted, and per pool
   its name, class and nodes (capped by the nodes that exist, with why when fewer than its
-  spec: plnt.pool_nodes) with, for used nodes only, what the ledger's slots take on each; a
+  spec: plnt.capacity.pool_nodes) with, for used nodes only, what the ledger's slots take on each; a
   cluster whose ledger the binder cannot read carries why instead of usage, and offers nothing
   (the scheduler names the reason in its shortfall);
 - in ConfigMaps `<namespace>/plnt-fleet-view-<labels digest>-<n>` (gzipped JSON in binaryData):
@@ -39,7 +39,8 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from plnt import capacity, cluster_health, fleet, names
+from plnt import capacity, cluster_health, names
+from plnt.capacity import offer
 
 VIEW_LABEL = "plnt.work/fleet-view"
 INDEX_NAME = "plnt-fleet-view"
@@ -60,7 +61,7 @@ DECODED_PARTS = 256  # decoded parts a process keeps: a 25,000-cluster fleet-wid
 
 @dataclasses.dataclass(frozen=True)
 class ClusterView:
-    cluster: fleet.Cluster
+    cluster: offer.Cluster
     ledger: int  # the ledger sequence the usage was read at
     used: Mapping[str, tuple[capacity.NodeUse, ...]]  # per pool, its used nodes
 
@@ -128,7 +129,7 @@ def cluster_view(
 ) -> ClusterView:
     """An InferenceCluster and its pools as charged with the ledger's slots; `closed`: why the
     binder commits nothing on it (its ledger cannot be read), so it offers no capacity."""
-    cluster = fleet.cluster_of(obj)
+    cluster = offer.cluster_of(obj)
     if closed:
         cluster = dataclasses.replace(cluster, closed=closed)
     return ClusterView(
@@ -291,7 +292,7 @@ def decode(text: str) -> list[ClusterView]:
             cluster_labels = (
                 {**labels, **{str(k): str(v) for k, v in own[0].items()}} if own else labels
             )
-            cluster = fleet.Cluster(
+            cluster = offer.Cluster(
                 str(name),
                 cluster_labels,
                 bool(ready),
@@ -308,7 +309,7 @@ def decode(text: str) -> list[ClusterView]:
         raise ValueError(f"not a fleet view part: {err}") from err
 
 
-def _decode_pools(pools: Any, classes: list[str]) -> tuple[list[fleet.Pool], _Uses]:
+def _decode_pools(pools: Any, classes: list[str]) -> tuple[list[offer.Pool], _Uses]:
     """A cluster's pools ([name, class index, nodes, used nodes?]) and what is used on them."""
     fleet_pools = []
     used = _Uses()
@@ -316,7 +317,7 @@ def _decode_pools(pools: Any, classes: list[str]) -> tuple[list[fleet.Pool], _Us
         if int(entry[1]) < 0:
             raise IndexError(f"class index {entry[1]}")
         pool, cls, nodes = str(entry[0]), classes[int(entry[1])], int(entry[2])
-        fleet_pools.append(fleet.Pool(pool, cls, nodes))
+        fleet_pools.append(offer.Pool(pool, cls, nodes))
         if len(entry) > 3:
             if not all(_node_use_shaped(u) for u in entry[3]):
                 raise TypeError(f"pool {pool}: a used node is not [node, pods, whole, {{...}}]")
