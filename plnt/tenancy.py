@@ -173,9 +173,20 @@ def cache_unreserved(
     return ""
 
 
-def exceeds(state: QuotaLedger, devices: Mapping[str, int], namespace: str) -> str:
-    """Why reserving `devices` for a replica of `namespace` would exceed the quota, or ''."""
+def exceeds(
+    state: QuotaLedger,
+    devices: Mapping[str, int],
+    namespace: str,
+    pending: Sequence[Mapping[str, int]] = (),
+) -> str:
+    """Why reserving `devices` for a replica of `namespace` would exceed the quota after what its
+    ledger reserves and `pending` (asks counted but not reserved yet), or ''. The one answer to
+    "how much may this namespace hold": the binder reserves by it, and the ModelDeployment
+    function proposes by it, its own proposals not reserved yet as `pending`."""
     used = state.used()
+    for extra in pending:
+        for cls, n in extra.items():
+            used[cls] = used.get(cls, 0) + n
     for cls in sorted(devices):
         if cls in state.hard and used.get(cls, 0) + devices[cls] > state.hard[cls]:
             covered = [n for n in state.namespaces if n == namespace] or [namespace]

@@ -103,18 +103,12 @@ def _quota_exceeded(
     asks: Mapping[str, int],
     namespace: str,
 ) -> str:
-    """Why `asks` does not fit a quota after what its ledger reserves and `pending`, or ''."""
+    """Why `asks` does not fit a quota after what its ledger reserves and `pending`, or '': the
+    binder's own question (plnt.tenancy.exceeds)."""
     for q in quotas:
-        used = q.used()
-        for extra in pending:
-            for cls, n in extra.items():
-                used[cls] = used.get(cls, 0) + n
-        for cls, n in sorted(asks.items()):
-            if cls in q.hard and used.get(cls, 0) + n > q.hard[cls]:
-                return tenancy.hold_message(
-                    [namespace] if len(q.namespaces) == 1 else q.namespaces,
-                    used, q.hard, cls, q.quota,
-                )  # fmt: skip
+        why = tenancy.exceeds(q, asks, namespace, pending)
+        if why:
+            return why
     return ""
 
 

@@ -320,3 +320,21 @@ def test_privileged_fields_of_a_pod_template_never_reach_a_workload_cluster() ->
         "function-model-replica",
     )
     assert manifests(clean)["workload-qwen3-8b"] == got["workload-qwen3-8b"]
+
+
+def test_one_answer_to_how_much_a_namespace_may_hold() -> None:
+    """The binder reserves by `tenancy.exceeds`; the ModelDeployment function asks it too, its
+    own proposals not reserved yet counted as pending."""
+    state = tenancy.QuotaLedger(
+        quota="ml-team",
+        namespaces=["ml-team"],
+        hard={"gpu.nvidia.com": 8},
+        entries={
+            "ml-team/a-0": tenancy.Reservation(uid="u", digest="d", devices={"gpu.nvidia.com": 4})
+        },
+    )
+    four = {"gpu.nvidia.com": 4}
+    assert tenancy.exceeds(state, four, "ml-team") == ""
+    full = "namespace ml-team holds 8 of 8 gpu.nvidia.com (InferenceQuota ml-team)"
+    assert tenancy.exceeds(state, four, "ml-team", [four]) == full
+    assert tenancy.exceeds(state, {"other": 99}, "ml-team", [four]) == ""  # not capped
