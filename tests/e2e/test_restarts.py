@@ -151,40 +151,45 @@ def read_fleet(plane: ControlPlane) -> Fleet:
     )
 
 
-def _serving(plane: ControlPlane, expected: dict[str, int]) -> Fleet | None:
+def _serving(plane: ControlPlane, expected: dict[str, int]) -> Fleet | str:
     """The fleet once it serves exactly ``expected`` replicas per ModelDeployment (the
-    WorkflowRun's by its name), every one bound by the ledger and serving, else None."""
+    WorkflowRun's by its name), every one bound by the ledger and serving, else what is not
+    yet so."""
     run = plane.mgmt.get(*WR, RUN, NS) or {}
-    if (run.get("status") or {}).get("phase") != "Ready":
-        return None
+    phase = (run.get("status") or {}).get("phase")
+    if phase != "Ready":
+        return f"WorkflowRun {RUN} is {phase}"
     for name in expected:
         if not live.is_true(plane.mgmt.get(*MD, name, NS), "ReplicasBound"):
-            return None
+            return f"ModelDeployment {name} is not ReplicasBound"
     try:
         state = read_fleet(plane)
-    except ledger_parse.UnreadableLedgerError:
-        return None
+    except ledger_parse.UnreadableLedgerError as err:
+        return f"a ledger is unreadable: {err}"
     counts: dict[str, int] = {}
     for owner in state.deployment_of.values():
         counts[owner] = counts.get(owner, 0) + 1
     if counts != expected:
-        return None
+        return f"replicas per deployment {counts}"
     for replica in plane.mgmt.list(*MR, namespace=NS):
+        name = replica["metadata"]["name"]
         if binding.state_of(replica).state != binding.BOUND:
-            return None
+            return f"ModelReplica {name} is {binding.state_of(replica).state}"
         if not (live.is_true(replica, "Bound") and live.is_true(replica, "Ready")):
-            return None
+            return f"ModelReplica {name} is not Bound and Ready"
     if set(state.entries) != set(state.replicas) or not state.composed:
-        return None
+        return f"ledger entries {sorted(state.entries)}, replicas {sorted(state.replicas)}"
     # every composed workload object exists, and every pod serves
-    if not state.composed <= {k for k in state.workload if k[0] != "Pod"}:
-        return None
+    missing = state.composed - {k for k in state.workload if k[0] != "Pod"}
+    if missing:
+        return f"composed but not on the workload cluster: {sorted(missing)}"
     workload = plane.workloads[fleet.CLUSTER]
     pods = workload.list("v1", "Pod", namespace=NS)
-    if not pods or not all(live.is_true(p, "Ready") for p in pods):
-        return None
+    unready = [p["metadata"]["name"] for p in pods if not live.is_true(p, "Ready")]
+    if not pods or unready:
+        return f"pods not Ready: {unready or 'none yet'}"
     if not all(state.endpoints.values()):
-        return None
+        return f"endpoints {state.endpoints}"
     return state
 
 
@@ -193,12 +198,19 @@ def wait_serving(plane: ControlPlane, expected: dict[str, int], seconds: float) 
 
     def check() -> Fleet | None:
         try:
-            return _serving(plane, expected)
+            found = _serving(plane, expected)
         except (httpx.HTTPError, RuntimeError) as err:  # the API server is coming back
             last[:] = [err]
             return None
+        if isinstance(found, str):
+            last[:] = [found]
+            return None
+        return found
 
-    return live.wait_for(check, seconds, f"the fleet serving {expected} {last}", interval=1)
+    try:
+        return live.wait_for(check, seconds, f"the fleet serving {expected}", interval=1)
+    except TimeoutError as err:
+        raise TimeoutError(f"{err}; not yet: {last}") from None
 
 
 def assert_intact(plane: ControlPlane, state: Fleet) -> None:
