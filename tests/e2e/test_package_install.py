@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import threading
 import time
 
 import httpx
@@ -52,10 +54,13 @@ def installed(e2e_dir):
         pytest.fail("the package-install test needs " + ", ".join(gaps) + ": run `make test`")
     workdir = e2e_dir("packages")
     built = packages.build_packages()
+    # Crossplane moves dependencies to the versions an updated Configuration pins only with this
+    # alpha flag (README, "Upgrading"); the upgrade test needs it.
     plane = stack.ControlPlane(
         workdir,
         bare=True,
         crossplane_rbac=True,
+        crossplane_flags=("--enable-dependency-version-upgrades",),
     )
     install = None
     try:
@@ -501,6 +506,16 @@ def test_seed_model_replica_binds_and_renders(fleet_up) -> None:
     assert selector["modelplane.ai/pool"] == "gpu-l4", selector
 
 
+# --- upgrading ---------------------------------------------------------------------------------
+
+SECOND = "v0.1.1"
+# The second build's changed function: function-inference-class (run from its image) words the
+# Usable message of a class for Existing clusters differently.
+USABLE_BEFORE = "not provisionable (Existing clusters only)"
+USABLE_AFTER = "not provisionable (Existing clusters only; second build)"
+CHANGED = {"functions/inference_class/fn.py": (f'"{USABLE_BEFORE}"', f'"{USABLE_AFTER}"')}
+
+
 def _service_url(plane, namespace: str, run: str) -> str:
     """The URL of the ModelService the WorkflowRun composed (what its endpoint routes to)."""
     for service in plane.mgmt.list(API, "ModelService", namespace=namespace):
@@ -509,6 +524,143 @@ def _service_url(plane, namespace: str, run: str) -> str:
         if url and any(o.get("kind") == "WorkflowRun" and o["name"] == run for o in owners):
             return url
     raise AssertionError(f"no ModelService of WorkflowRun {run} has a URL")
+
+
+class Prober(threading.Thread):
+    """Streams a one-token chat completion to ``url`` every half second until stopped, each on a
+    connection of its own (as independent callers do); ``answers`` holds each status code (0: no
+    answer), ``failures`` when and why each request that got no 200 failed."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(name="plnt-e2e-prober", daemon=True)
+        self.url = url.rstrip("/") + "/v1/chat/completions"
+        self.answers: list[int] = []
+        self.failures: list[tuple[float, str]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        body = {
+            "model": "m",
+            "stream": True,
+            "max_tokens": 1,
+            "messages": [{"role": "user", "content": "hello"}],
+        }
+        while not self.stopping.is_set():
+            try:
+                with httpx.Client(timeout=30) as client:
+                    reply = client.post(self.url, json=body)
+                self.answers.append(reply.status_code)
+                if reply.status_code != 200:
+                    self.failures.append((time.monotonic(), f"{reply.status_code} {reply.text}"))
+            except httpx.TransportError as err:
+                self.answers.append(0)
+                self.failures.append((time.monotonic(), f"{type(err).__name__}: {err}"))
+            self.stopping.wait(0.5)
+
+    def stop(self) -> list[int]:
+        self.stopping.set()
+        self.join(60)
+        return self.answers
+
+
+def test_upgrade_to_a_second_build_keeps_the_workflow_run_serving(installed, fleet_up) -> None:
+    """A second build of every plnt package (SECOND: every image differs, and one function's
+    code), installed with README's upgrade command: Crossplane moves the Configuration and
+    every plnt dependency to it, the runtime switches each function and the reconciler to its
+    new revision, the changed function's answer shows on the XR it composes, and the seed
+    WorkflowRun answers through its ModelService the whole time and stays Ready."""
+    plane = fleet_up
+    seed = yaml.safe_load(SEED_RUN.read_text())
+    name, namespace = seed["metadata"]["name"], seed["metadata"]["namespace"]
+    live.wait_object(plane.mgmt, *WR, name, namespace, until=_ready, seconds=60)
+    plane.mgmt.apply(_l40s_class())
+
+    def usable_message() -> str:
+        cls = plane.mgmt.get(API, "InferenceClass", CLASS)
+        return (live.condition(cls or {}, "Usable") or {}).get("message", "")
+
+    live.wait_for(
+        lambda: usable_message().endswith(USABLE_BEFORE), 120, f"{CLASS} Usable (first build)"
+    )
+    built = packages.build_second(SECOND, packages.DIST.parent / f"e2e-dist-{SECOND}", CHANGED)
+    installed.publish(built, SECOND)
+    prober = Prober(_service_url(plane, namespace, name))
+    prober.start()
+    watch = live.Watch(
+        plane.mgmt, *WR, name, namespace, lambda o: (o.get("status") or {}).get("phase")
+    )
+    try:
+        live.wait_for(lambda: 200 in prober.answers, 60, "the model to answer before")
+        # what counts starts here, with the model answering: a first request may have waited on
+        # a cold llama-server
+        upgrade_from = len(prober.answers)
+        started = time.monotonic()
+        package = f"{packages.PLNT_REGISTRY}configuration-plnt:{SECOND}"
+        proc = subprocess.run(
+            [str(packages.CRANK), "xpkg", "update", "configuration", package,
+             packages.configuration_name()],
+            env={**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        plnt_packages = [
+            (dep["kind"], packages.installed_name(dep["package"]))
+            for dep in packages.dependencies()
+            if packages.is_plnt(dep["package"])
+        ]
+
+        def upgraded() -> bool:
+            for kind, pkg in [("Configuration", packages.configuration_name()), *plnt_packages]:
+                obj = plane.mgmt.get(packages.PKG, kind, pkg)
+                if not (obj and obj["spec"]["package"].endswith(":" + SECOND)):
+                    return False
+                if not packages.healthy(obj):
+                    return False
+            return True
+
+        live.wait_for(upgraded, 300, f"every plnt package at {SECOND}, Installed and Healthy")
+        runtime = installed.runtime
+        for kind, pkg in plnt_packages:
+            current = plane.mgmt.get(packages.PKG, kind, pkg)["status"]["currentRevision"]
+            if kind == "Function":
+                live.wait_for(
+                    lambda pkg=pkg, current=current: runtime.function_revisions.get(pkg) == current,
+                    120,
+                    f"{pkg}'s new revision served",
+                )
+            else:
+                live.wait_for(
+                    lambda current=current: current in runtime.providers, 120, f"{pkg} restarted"
+                )
+                assert runtime.providers[current].image.endswith(":" + SECOND)
+                assert len(runtime.providers) == 1, runtime.providers  # the old one stopped
+        upgrade_seconds = time.monotonic() - started
+        (plane.dir / "logs" / "upgrade-seconds").write_text(f"{upgrade_seconds:.1f}\n")
+        # the changed function composes the class now (within its TTL requeue)
+        live.wait_for(
+            lambda: usable_message().endswith(USABLE_AFTER), 120, f"{CLASS} Usable (second build)"
+        )
+        # the next binder pass, from the new reconciler, and a while of serving after it; the
+        # run is Ready and Synced again once Crossplane has reconciled it through the new
+        # functions (an upgrade may fail a reconcile while a new revision reports its
+        # capabilities; the phase watch below says whether it ever left Ready)
+        time.sleep(10)
+        live.wait_object(
+            plane.mgmt,
+            *WR,
+            name,
+            namespace,
+            until=lambda o: _ready(o) and live.is_true(o, "Synced"),
+            seconds=120,
+            what=f"WorkflowRun {name} Ready and Synced after the upgrade",
+        )
+    finally:
+        answers = prober.stop()
+        phases = watch.stop()
+    during = answers[upgrade_from:]
+    failures = [f"{at - started:+.1f} s: {why}" for at, why in prober.failures]
+    assert len(during) >= 20 and set(during) == {200}, (answers, failures)
+    assert set(phases) <= {"Ready"}, phases
 
 
 # --- uninstalling ------------------------------------------------------------------------------
