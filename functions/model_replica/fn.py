@@ -626,14 +626,8 @@ def compose(
     *,
     management_policies: list[str] | None = None,
 ) -> None:
-    """Composes ``manifest`` as an Object, ready only when the cluster shows it ready. A
-    workload's Object watches it (`spec.watch`): its status says when copies become available,
-    and provider-kubernetes, started with --enable-watches, then reads it back on each change
-    instead of at its next poll (ten minutes by default). Other Objects are ready once applied
-    and are only polled."""
+    """Composes ``manifest`` as an Object, ready only when the cluster shows it ready."""
     obj = kubernetes_object(replica, manifest)
-    if manifest.get("kind") in workloads.AVAILABLE_COPIES:
-        obj["spec"]["watch"] = True
     if management_policies:
         obj["spec"]["managementPolicies"] = management_policies
     xp.compose(rsp, name, obj, ready=object_ready(manifest, observed.get(name)))
