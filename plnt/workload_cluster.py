@@ -12,6 +12,15 @@ room on a GPU node: it runs on a CPU or System pool only (`cpu_pool_placement`).
 The cluster itself: a function composing onto one pinned cluster asks for its InferenceCluster
 (`pinned_cluster`) under one requirement name.
 
+Tenant namespaces: what every replica of one namespace on one cluster shares (the Namespace,
+and the endpoint picker's ServiceAccount and RoleBinding to the cluster's `plnt-endpoint-picker`
+ClusterRole) is composed once, by the cluster's InferenceCluster, for the namespaces the binder
+publishes in the cluster's ``plnt.work/tenant-namespaces`` annotation: those with a ModelReplica
+naming the cluster that the cluster's fence admits. The InferenceCluster lists in
+``status.namespaces`` those whose objects are there, and a replica composes nothing until its
+namespace is listed. Only the platform writes an InferenceCluster (it is cluster-scoped), so a
+tenant cannot name a namespace here.
+
 Deletes: a Namespace or CRD on a workload cluster may be shared with other replicas or other
 software, or may have existed before plnt (an Existing cluster can be the management cluster
 itself). Objects carrying one are composed with :data:`KEEP_ON_DELETE`: created and updated,
@@ -20,6 +29,8 @@ never deleted.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -76,3 +87,48 @@ def pinned_cluster(
         "InferenceCluster",
         match_name=name,
     )
+
+
+TENANT_NAMESPACES = "plnt.work/tenant-namespaces"  # annotation on an InferenceCluster
+ENDPOINT_PICKER = "plnt-endpoint-picker"  # its ServiceAccount, RoleBinding and ClusterRole
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def tenant_namespaces_value(namespaces: Iterable[str]) -> str:
+    """The annotation's value: the namespaces, sorted, comma-separated."""
+    return ",".join(sorted(set(namespaces)))
+
+
+def tenant_namespaces_of(cluster: Mapping[str, Any]) -> tuple[str, ...]:
+    """The namespaces the binder published on an InferenceCluster, sorted; anything that is not
+    a namespace name is left out."""
+    annotations = (cluster.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(TENANT_NAMESPACES)
+    if not isinstance(value, str):
+        return ()
+    return tuple(sorted({n for n in value.split(",") if _DNS_LABEL.match(n)}))
+
+
+def prepared_namespaces(cluster_status: Mapping[str, Any]) -> set[str]:
+    """The namespaces whose shared objects an InferenceCluster reports in place."""
+    listed = cluster_status.get("namespaces")
+    return {n for n in listed if isinstance(n, str)} if isinstance(listed, list) else set()
+
+
+def endpoint_picker_rules() -> list[dict[str, Any]]:
+    """What an endpoint picker reads in its namespace: the pods, the InferencePools and the
+    Inference Extension's objectives and rewrites."""
+    read = ["get", "list", "watch"]
+    return [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": read},
+        {
+            "apiGroups": ["inference.networking.k8s.io"],
+            "resources": ["inferencepools"],
+            "verbs": read,
+        },
+        {
+            "apiGroups": ["inference.networking.x-k8s.io"],
+            "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+            "verbs": read,
+        },
+    ]

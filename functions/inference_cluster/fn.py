@@ -18,6 +18,9 @@ Composes:
 - the serving stack (``stack.STACK``): provider-helm Releases and provider-kubernetes Objects
   in the same namespace as the cluster's Secret, each created only once what it needs is
   observed Ready; the NVIDIA DRA driver only when a pool's class claims NVIDIA GPUs via DRA.
+- what the replicas of one namespace share (tenants.py): the endpoint picker's ClusterRole once,
+  and per namespace the binder publishes its Namespace, ServiceAccount and RoleBinding;
+  ``status.namespaces`` lists those in place.
 
 Key choices:
 - Nothing half-made: while a class is missing, a class cannot be provisioned on CoreWeave, or
@@ -45,8 +48,8 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.inference_cluster import grant, quota, resources, stack
-from plnt import cluster_health, conditions, contracts, xp
+from functions.inference_cluster import grant, quota, resources, stack, tenants
+from plnt import cluster_health, conditions, contracts, workload_cluster, xp
 from plnt.models import inference_class, inference_cluster
 from plnt.models.inference_class import InferenceClassSpec
 from plnt.models.inference_cluster import InferenceClusterSpec
@@ -104,9 +107,13 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         target=target,
         gateway_address=gateway_address,
     )
+    prepared = tenants.compose(
+        rsp, observed, name, namespace, workload_cluster.tenant_namespaces_of(xr)
+    )
 
     # status
     status["providerConfigRef"] = {"name": name}
+    status["namespaces"] = prepared
     xp.set_status(rsp, status)
     provisioned = provisioned_condition(spec, name, namespace, kubeconfig, out.cluster_ready)
     write_conditions(rsp, xr, out, provisioned, gateway_address)

@@ -3,10 +3,13 @@
 Reads the ModelReplica, the InferenceCluster named by ``spec.clusterName`` (required
 resource: its ``status.providerConfigRef.name`` reaches the cluster, ``status.gateway.address``
 makes the endpoint) and, with ``modelCacheRef``, the ModelCache (its ``status.pvcName``).
-Composes provider-kubernetes Objects in the replica's namespace on that cluster: the
-Namespace (never deleted: other replicas share it), ResourceClaimTemplates and a Deployment
-or LeaderWorkerSet per engine (workloads.py), and the serving surface (serving.py): in both
-serving modes an InferencePool over the serving pods, its endpoint picker and an HTTPRoute.
+Composes provider-kubernetes Objects in the replica's namespace on that cluster:
+ResourceClaimTemplates and a Deployment or LeaderWorkerSet per engine (workloads.py), and the
+serving surface (serving.py): in both serving modes an InferencePool over the serving pods, its
+endpoint picker and an HTTPRoute. What every replica of the namespace shares on the cluster (the
+Namespace, the picker's ServiceAccount and RoleBinding) the InferenceCluster composes once; a
+replica that has composed nothing waits until its cluster lists its namespace in
+``status.namespaces`` (plnt.workload_cluster).
 
 Capacity and tenancy: only a replica the binder has committed composes anything. The function
 requires its cluster's ledger (the ConfigMap `plnt-ledger-<cluster>` in plnt-system, which only
@@ -115,6 +118,11 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         hold(rsp, spec, missing)
         return rsp
     assert inputs.cluster is not None
+    unprepared = namespace_problem(inputs)
+    if unprepared:
+        hold(rsp, spec, unprepared)
+        rsp.meta.ttl.FromMilliseconds(int(NAMESPACE_TTL_S * 1000))
+        return rsp
     replica, cache_wait = replica_of(rsp, inputs, inputs.cluster.get("status") or {})
     progress = compose_all(req, rsp, replica, inputs.observed, cache_wait)
     write_status(rsp, replica, inputs.cluster.get("status") or {}, progress)
@@ -221,15 +229,7 @@ def compose_all(
     observed: dict[str, Any],
     cache_wait: str | None,
 ) -> list[EngineProgress]:
-    """Desired resources: the Namespace, every engine's workload, the serving surface."""
-    compose(
-        rsp,
-        replica,
-        observed,
-        "namespace",
-        namespace_manifest(replica),
-        management_policies=workload_cluster.KEEP_ON_DELETE,  # other replicas share it
-    )
+    """Desired resources: every engine's workload, the serving surface."""
     progress = [
         compose_engine(req, rsp, replica, observed, engine, cache_wait=cache_wait)
         for engine in replica.spec.engines
@@ -410,6 +410,27 @@ def cluster_ledger(
         if err.reason == ledger_parse.LEDGER_MISSING and not rendered:
             return None
         return err
+
+
+# How soon the function asks to be called again while its cluster prepares its namespace (the
+# InferenceCluster's status changing does not call it)
+NAMESPACE_TTL_S = 5.0
+
+
+def namespace_problem(inputs: Inputs) -> str | None:
+    """What a replica that has composed nothing yet waits for while its cluster has not put its
+    namespace's shared objects in place (`plnt.workload_cluster`); None once it has, and always
+    for a replica that already composed: a status that lags never takes a replica down."""
+    assert inputs.cluster is not None
+    status = inputs.cluster.get("status") or {}
+    if own_composed(inputs.observed):
+        return None
+    if inputs.namespace in workload_cluster.prepared_namespaces(status):
+        return None
+    return (
+        f"namespace {inputs.namespace} is not prepared on InferenceCluster "
+        f"{inputs.spec.cluster_name} yet (the endpoint picker's ServiceAccount and RoleBinding)"
+    )
 
 
 def cluster_problem(name: str, cluster: dict[str, Any] | None) -> str | None:
@@ -611,10 +632,6 @@ def unknown_pools(spec: ModelReplicaSpec, cluster_status: dict[str, Any]) -> lis
         for member in engine.members
         if member.node_pool_name not in pools
     ]
-
-
-def namespace_manifest(replica: Replica) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": replica.namespace}}
 
 
 def compose(

@@ -4,8 +4,9 @@ Seed 002: "Both modes front the serving pods with an InferencePool and an endpoi
 which endpointPicker can configure." So every replica gets an ``inference.networking.k8s.io/v1``
 InferencePool over its serving (Standalone/Leader) pods, the router ``serving.router`` names in
 front of it (``EndpointPicker``, the only one and the default: llm-d's inference scheduler as a
-Deployment, its Service, its EndpointPickerConfig in a ConfigMap, and the ServiceAccount and Role
-it needs to watch pods and pools), and an HTTPRoute on the cluster Gateway matching
+Deployment with its EndpointPickerConfig in its ``--config-text`` flag, and its Service; it runs
+as the namespace's ``plnt-endpoint-picker`` ServiceAccount, which the InferenceCluster composes
+once per namespace with what it may read), and an HTTPRoute on the cluster Gateway matching
 ``/<namespace>/<replica>/``, rewritten to ``/``, whose backend is the pool.
 
 What differs by mode is a table (``MODES``): the port the pool targets and the picker's default
@@ -48,8 +49,6 @@ EPP_IMAGE = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.3.2"
 EPP_GRPC_PORT = 9002
 EPP_HEALTH_PORT = 9003
 EPP_METRICS_PORT = 9090
-EPP_CONFIG_DIR = "/config"
-EPP_CONFIG_KEY = "epp-config.yaml"
 
 _PROFILE_PLUGINS = [
     {"pluginRef": "queue-scorer", "weight": 1},
@@ -239,6 +238,11 @@ def epp_config(replica: Replica) -> dict[str, Any]:
     return {**default, **((picker.config if picker else None) or {})}
 
 
+def epp_config_text(replica: Replica) -> str:
+    """The config as the picker's ``--config-text`` flag carries it: YAML, written out in full."""
+    return yaml.dump(epp_config(replica), Dumper=_PlainDumper, sort_keys=False)
+
+
 def inference_pool(replica: Replica) -> dict[str, Any]:
     return {
         "apiVersion": "inference.networking.k8s.io/v1",
@@ -253,59 +257,6 @@ def inference_pool(replica: Replica) -> dict[str, Any]:
                 "failureMode": "FailClose",
             },
         },
-    }
-
-
-def epp_config_map(replica: Replica) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": replica.metadata(epp_name(replica), **{COMPONENT: "endpoint-picker"}),
-        "data": {
-            EPP_CONFIG_KEY: yaml.dump(epp_config(replica), Dumper=_PlainDumper, sort_keys=False)
-        },
-    }
-
-
-def epp_service_account(replica: Replica) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": replica.metadata(epp_name(replica), **{COMPONENT: "endpoint-picker"}),
-    }
-
-
-def epp_role(replica: Replica) -> dict[str, Any]:
-    """What the picker reads: the pool's pods, the pool and the Inference Extension's objectives."""
-    read = ["get", "list", "watch"]
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": replica.metadata(epp_name(replica), **{COMPONENT: "endpoint-picker"}),
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": read},
-            {
-                "apiGroups": ["inference.networking.k8s.io"],
-                "resources": ["inferencepools"],
-                "verbs": read,
-            },
-            {
-                "apiGroups": ["inference.networking.x-k8s.io"],
-                "resources": ["inferenceobjectives", "inferencemodelrewrites"],
-                "verbs": read,
-            },
-        ],
-    }
-
-
-def epp_role_binding(replica: Replica) -> dict[str, Any]:
-    name = epp_name(replica)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": replica.metadata(name, **{COMPONENT: "endpoint-picker"}),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": replica.namespace}],
     }
 
 
@@ -336,7 +287,7 @@ def epp_container(replica: Replica) -> dict[str, Any]:
     flags = [
         f"--pool-name={replica.resource_name()}",
         f"--pool-namespace={replica.namespace}",
-        f"--config-file={EPP_CONFIG_DIR}/{EPP_CONFIG_KEY}",
+        f"--config-text={epp_config_text(replica)}",
         f"--grpc-port={EPP_GRPC_PORT}",
         f"--grpc-health-port={EPP_HEALTH_PORT}",
         f"--metrics-port={EPP_METRICS_PORT}",
@@ -354,7 +305,6 @@ def epp_container(replica: Replica) -> dict[str, Any]:
     ]
     container["readinessProbe"] = {**health, "periodSeconds": 5}
     container["livenessProbe"] = {**health, "initialDelaySeconds": 5, "periodSeconds": 10}
-    container["volumeMounts"] = [{"name": "config", "mountPath": EPP_CONFIG_DIR, "readOnly": True}]
     return container
 
 
@@ -362,9 +312,9 @@ def epp_deployment(replica: Replica) -> dict[str, Any]:
     name = epp_name(replica)
     pod_labels = {**replica.common_labels(), COMPONENT: "endpoint-picker"}
     spec: dict[str, Any] = {
-        "serviceAccountName": name,
+        # shared by every picker of the namespace, composed by the InferenceCluster
+        "serviceAccountName": workload_cluster.ENDPOINT_PICKER,
         "containers": [epp_container(replica)],
-        "volumes": [{"name": "config", "configMap": {"name": name}}],
         # it needs no device: on a CPU or System pool, never taking room on a GPU node
         **workload_cluster.cpu_pool_placement(),
     }
@@ -386,10 +336,6 @@ def epp_deployment(replica: Replica) -> dict[str, Any]:
 def endpoint_picker(replica: Replica) -> dict[str, dict[str, Any]]:
     """The EndpointPicker router: llm-d's inference scheduler and what it runs with."""
     return {
-        "epp-config": epp_config_map(replica),
-        "epp-serviceaccount": epp_service_account(replica),
-        "epp-role": epp_role(replica),
-        "epp-rolebinding": epp_role_binding(replica),
         "epp-service": epp_service(replica),
         "epp-deployment": epp_deployment(replica),
     }

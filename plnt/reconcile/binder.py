@@ -41,7 +41,7 @@ import pydantic
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, cluster_health, contracts, ledger_parse, names, tenancy
+from plnt import binding, cluster_health, contracts, ledger_parse, names, tenancy, workload_cluster
 from plnt.capacity import fleet_view, offer, pool_nodes
 from plnt.ledger_parse import UnreadableLedgerError
 from plnt.reconcile import ledger as ledgers
@@ -420,6 +420,8 @@ class Binder:
                 )
             )
         fenced = ledgers.tenancy_refusals(replicas, clusters, namespaces)
+        # before any commit: a replica is bound only into a namespace its cluster prepares
+        self.publish_tenants(clusters, replicas, fenced)
         refuse = {
             **ledgers.quota_refusals(replicas, decided),
             **ledgers.closed_quota_refusals(quotas, closed_quotas, replicas, namespaces),
@@ -545,6 +547,33 @@ class Binder:
                 said = "every pool has the nodes its spec says"
                 self._event("InferenceCluster", obj, "PoolCapacityRestored", said, False)
         return out
+
+    def publish_tenants(
+        self,
+        clusters: Mapping[str, Mapping[str, Any]],
+        replicas: Iterable[ledgers.Replica],
+        fenced: Mapping[str, str],
+    ) -> None:
+        """Writes on each cluster the namespaces whose replicas share objects there (the
+        `plnt.work/tenant-namespaces` annotation, a merge patch, where it changed): every
+        namespace with a ModelReplica naming the cluster that the cluster's fence admits."""
+        wanted: dict[str, set[str]] = {name: set() for name in clusters}
+        for r in replicas:
+            if r.cluster in wanted and r.key not in fenced:
+                wanted[r.cluster].add(r.namespace)
+        for name, obj in sorted(clusters.items()):
+            value = workload_cluster.tenant_namespaces_value(wanted[name])
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(workload_cluster.TENANT_NAMESPACES, "") == value:
+                continue
+            try:
+                self.custom.patch_cluster_custom_object(
+                    GROUP, VERSION, "inferenceclusters", name,
+                    {"metadata": {"annotations": {workload_cluster.TENANT_NAMESPACES: value}}},
+                    field_manager=FIELD_MANAGER,
+                )  # fmt: skip
+            except ApiException as err:
+                log.warning("cluster %s: tenant namespaces not written: HTTP %s", name, err.status)
 
     def nudge(
         self, clusters: Mapping[str, Mapping[str, Any]], replicas: Iterable[ledgers.Replica]

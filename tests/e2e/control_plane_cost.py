@@ -50,6 +50,7 @@ from tests.e2e.stack import DEFAULTS, FAST, REPO, ControlPlane, Settings
 API = "modelplane.ai/v1alpha1"
 OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
 NAMESPACE = "bench"
+SHARED_BY_NAMESPACE = "Objects shared by the namespace (in all)"
 GPUS_PER_NODE = 8
 PICKERS_PER_SYSTEM_NODE = 100  # kwok nodes take 110 pods; each replica's picker is one
 SETTLE_SECONDS = 15
@@ -270,7 +271,14 @@ def managed_per_replica(plane: ControlPlane, replicas: int) -> dict[str, float]:
     for kind in COMPOSED_KINDS:
         by_kind[kind] = len(plane.mgmt.list(API, kind, namespace=NAMESPACE))
     by_kind["Object (all)"] = sum(v for k, v in by_kind.items() if k.startswith("Object/"))
-    return {k: v / replicas for k, v in sorted(by_kind.items()) if v}
+    out = {k: v / replicas for k, v in sorted(by_kind.items()) if v}
+    # what every replica of the namespace shares on a cluster, composed once by the
+    # InferenceCluster (Namespace, the picker's ServiceAccount and RoleBinding): a whole count
+    shared = [
+        o for o in plane.mgmt.list(*OBJECT) if f"-tenant-{NAMESPACE}-" in o["metadata"]["name"]
+    ]
+    out[SHARED_BY_NAMESPACE] = float(len(shared))
+    return out
 
 
 @dataclasses.dataclass

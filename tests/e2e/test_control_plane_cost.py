@@ -21,7 +21,10 @@ def test_the_benchmark_reports_every_component_and_the_objects_per_replica(e2e_d
     assert result.bound_seconds > 0 and result.ready_seconds >= result.bound_seconds
     assert result.managed["ModelReplica"] == 1
     objects = {k.split("/", 1)[1] for k in result.managed if k.startswith("Object/")}
-    assert objects >= OBJECT_KINDS, objects
+    assert objects == OBJECT_KINDS | {"HTTPRoute"}, objects
+    assert result.managed["Object (all)"] == 6  # two Deployments, Service, pool, claims, route
+    # the Namespace, the picker's ServiceAccount and RoleBinding, once for both replicas
+    assert result.managed[cost.SHARED_BY_NAMESPACE] == 3
     per_kind = sum(v for k, v in result.managed.items() if k.startswith("Object/"))
     assert result.managed["Object (all)"] == per_kind
     # every replica composes the same set: a whole number of Objects each

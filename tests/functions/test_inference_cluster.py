@@ -14,7 +14,7 @@ import pytest
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.inference_cluster import fn, inferencepool_crd
+from functions.inference_cluster import fn, inferencepool_crd, tenants
 from plnt import xp
 from plnt_host import render, runtime
 from tests.support import has_fatal
@@ -249,6 +249,7 @@ def test_ready_cluster_reports_everything() -> None:
     assert all(readiness(rsp).values()) and set(readiness(rsp)) == EVERYTHING
     assert status(rsp) == {
         "providerConfigRef": {"name": "coreweave-us-east-04"},
+        "namespaces": [],
         "gateway": {"address": "203.0.113.10"},
         "pools": [
             {"name": "h100", "className": "nvidia-h100-8x", "nodeCapacity": 4},
@@ -613,3 +614,72 @@ def test_the_inferencepool_crd_is_the_vendored_file_without_descriptions() -> No
     upstream_spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert pool_spec["required"] == upstream_spec["required"]
     assert set(pool_spec["properties"]) == set(upstream_spec["properties"])
+
+
+# --- what the replicas of one namespace share ------------------------------------------------
+
+
+def _observed_as_ready(rsp: fnv1.RunFunctionResponse, names: set[str]) -> list[dict]:
+    """The named desired resources as provider-kubernetes would show them once Ready."""
+    out = []
+    for name in sorted(names):
+        obj = composed(rsp)[name]
+        obj["metadata"]["annotations"] = {xp.COMPOSITION_RESOURCE_NAME: name}
+        obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+        out.append(obj)
+    return out
+
+
+def test_each_published_namespace_gets_its_shared_objects_once_listed_when_in_place() -> None:
+    xr = copy.deepcopy(READY.xr)
+    xr["metadata"]["annotations"] = {"plnt.work/tenant-namespaces": "ml-team,team-b,Not_A_Name"}
+    rsp = run(xr, READY.required, ready_observed())
+    shared = {n for n in composed(rsp) if n.startswith(("tenant-", "endpoint-picker"))}
+    assert shared == {
+        "endpoint-picker-clusterrole",
+        *(f"tenant-{ns}-{part}" for ns in ("ml-team", "team-b") for part in tenants.PARTS),
+    }
+    assert status(rsp)["namespaces"] == []  # none observed yet
+    assert readiness(rsp)["tenant-ml-team-namespace"]  # never what holds the cluster's Ready
+    manifests = {n: composed(rsp)[n]["spec"]["forProvider"]["manifest"] for n in shared}
+    binding = manifests["tenant-team-b-rolebinding"]
+    assert binding["metadata"] == {"name": "plnt-endpoint-picker", "namespace": "team-b"}
+    assert binding["roleRef"]["kind"] == "ClusterRole"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "plnt-endpoint-picker", "namespace": "team-b"}
+    ]
+    assert composed(rsp)["tenant-team-b-namespace"]["spec"]["managementPolicies"] == [
+        "Observe",
+        "Create",
+        "Update",
+        "LateInitialize",
+    ]
+    role = manifests["endpoint-picker-clusterrole"]
+    assert {r["resources"][0] for r in role["rules"]} == {
+        "pods",
+        "inferencepools",
+        "inferenceobjectives",
+    }
+    assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in role["rules"])
+
+    in_place = shared - {"tenant-team-b-rolebinding"}
+    rsp = run(xr, READY.required, [*ready_observed(), *_observed_as_ready(rsp, in_place)])
+    assert status(rsp)["namespaces"] == ["ml-team"]
+
+
+def test_a_namespace_no_longer_published_loses_its_shared_objects() -> None:
+    xr = copy.deepcopy(READY.xr)
+    xr["metadata"]["annotations"] = {"plnt.work/tenant-namespaces": "ml-team,team-b"}
+    first = run(xr, READY.required, ready_observed())
+    observed = [
+        *ready_observed(),
+        *_observed_as_ready(first, {n for n in composed(first) if n.startswith("tenant-")}),
+    ]
+    xr["metadata"]["annotations"] = {"plnt.work/tenant-namespaces": "team-b"}
+    rsp = run(xr, READY.required, observed)
+    assert not any(n.startswith("tenant-ml-team-") for n in composed(rsp))
+    assert "tenant-team-b-serviceaccount" in composed(rsp)
+    xr["metadata"]["annotations"] = {"plnt.work/tenant-namespaces": ""}
+    rsp = run(xr, READY.required, observed)
+    assert not any(n.startswith(("tenant-", "endpoint-picker")) for n in composed(rsp))
+    assert status(rsp)["namespaces"] == []

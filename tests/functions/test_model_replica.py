@@ -93,6 +93,13 @@ def engine_container(pod: dict) -> dict:
     return next(c for c in pod["spec"]["containers"] if c["name"] == "engine")
 
 
+def picker_config(got: dict[str, dict]) -> str:
+    """The endpoint picker's config as its --config-text flag carries it."""
+    (container,) = got["serving-epp-deployment"]["spec"]["template"]["spec"]["containers"]
+    (flag,) = [a for a in container["args"] if a.startswith("--config-text=")]
+    return flag.removeprefix("--config-text=")
+
+
 def env(container: dict) -> dict[str, dict]:
     return {e["name"]: e for e in container["env"]}
 
@@ -102,10 +109,6 @@ def env(container: dict) -> dict[str, dict]:
 
 SURFACE = {
     "serving-inferencepool": "InferencePool",
-    "serving-epp-config": "ConfigMap",
-    "serving-epp-serviceaccount": "ServiceAccount",
-    "serving-epp-role": "Role",
-    "serving-epp-rolebinding": "RoleBinding",
     "serving-epp-service": "Service",
     "serving-epp-deployment": "Deployment",
     "serving-httproute": "HTTPRoute",
@@ -117,7 +120,6 @@ def test_seed_example_composes_claim_deployment_pool_picker_and_route() -> None:
     got = manifests(rsp)
     assert fatal(rsp) == ""
     assert {name: m["kind"] for name, m in got.items()} == {
-        "namespace": "Namespace",
         "rct-qwen3-8b-standalone": "ResourceClaimTemplate",
         "workload-qwen3-8b": "Deployment",
         **SURFACE,
@@ -128,13 +130,7 @@ def test_seed_example_composes_claim_deployment_pool_picker_and_route() -> None:
             "kind": "ClusterProviderConfig",
             "name": "eks-l4",
         }
-    assert all(m["metadata"].get("namespace", "ml-team") == "ml-team" for m in got.values())
-    assert composed(rsp)["namespace"]["spec"]["managementPolicies"] == [
-        "Observe",
-        "Create",
-        "Update",
-        "LateInitialize",
-    ]
+    assert all(m["metadata"]["namespace"] == "ml-team" for m in got.values())
 
 
 def test_seed_example_claim_template_asks_for_one_gpu() -> None:
@@ -227,7 +223,7 @@ def test_seed_example_inference_pool_and_route_on_the_cluster_gateway() -> None:
 
 def test_seed_example_endpoint_picker_has_the_unified_profile() -> None:
     got = manifests(run_scenario(QWEN))
-    config = yaml.safe_load(got["serving-epp-config"]["data"]["epp-config.yaml"])
+    config = yaml.safe_load(picker_config(got))
     assert config == serving.UNIFIED_EPP_CONFIG
     (profile,) = config["schedulingProfiles"]
     assert [p["pluginRef"] for p in profile["plugins"]] == [
@@ -387,11 +383,10 @@ def test_pd_inference_pool_picker_and_route() -> None:
     assert container["image"] == serving.EPP_IMAGE
     assert f"--pool-name={pool['metadata']['name']}" in container["args"]
     assert "--pool-namespace=ml-team" in container["args"]
-    assert (
-        deployment["spec"]["template"]["spec"]["serviceAccountName"] == picker["metadata"]["name"]
-    )
+    # the namespace's, which the InferenceCluster composes once for every picker there
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "plnt-endpoint-picker"
     assert labels.SERVING not in deployment["spec"]["template"]["metadata"]["labels"]
-    text = got["serving-epp-config"]["data"]["epp-config.yaml"]
+    text = picker_config(got)
     assert "&id" not in text  # no YAML anchors: every profile is written out
     config = yaml.safe_load(text)
     assert config["kind"] == "EndpointPickerConfig"
@@ -438,7 +433,7 @@ def test_pd_endpoint_picker_config_and_template_are_honoured() -> None:
         },
     }
     got = manifests(run(xr, PD.required))
-    config = yaml.safe_load(got["serving-epp-config"]["data"]["epp-config.yaml"])
+    config = yaml.safe_load(picker_config(got))
     assert config["plugins"] == [{"type": "random-picker"}]
     assert config["apiVersion"] == "inference.networking.x-k8s.io/v1alpha1"
     pod = got["serving-epp-deployment"]["spec"]["template"]["spec"]
@@ -565,6 +560,33 @@ def test_unreachable_cluster_composes_nothing(required: list[dict], wants: str) 
     assert status(rsp)["engines"] == [{"name": "qwen3-8b", "copies": 1, "availableCopies": 0}]
 
 
+def test_nothing_is_composed_until_the_cluster_prepares_the_namespace() -> None:
+    cluster = copy.deepcopy(QWEN.required[0])
+    cluster["status"]["namespaces"] = ["team-b"]
+    rsp = run(QWEN.xr, [cluster])
+    assert fatal(rsp) == ""
+    assert not rsp.desired.resources
+    cond = condition(rsp, "WorkloadsReady")
+    assert cond.status == fnv1.STATUS_CONDITION_FALSE
+    assert cond.message == (
+        "namespace ml-team is not prepared on InferenceCluster eks-l4 yet (the endpoint "
+        "picker's ServiceAccount and RoleBinding): nothing is composed until it is"
+    )
+    assert condition(rsp, "Bound").status == fnv1.STATUS_CONDITION_TRUE
+    assert rsp.meta.ttl.seconds == 5  # the cluster's status changing does not call it
+    cluster["status"]["namespaces"] = ["ml-team", "team-b"]
+    assert "workload-qwen3-8b" in run(QWEN.xr, [cluster]).desired.resources
+
+
+def test_a_replica_that_composed_keeps_composing_when_its_namespace_is_not_listed() -> None:
+    cluster = copy.deepcopy(READY.required[0])
+    del cluster["status"]["namespaces"]
+    rsp = run(READY.xr, [cluster, *READY.required[1:]], READY.observed)
+    assert fatal(rsp) == ""
+    assert "workload-qwen3-8b" in rsp.desired.resources
+    assert condition(rsp, "WorkloadsReady").status == fnv1.STATUS_CONDITION_TRUE
+
+
 def test_endpoint_waits_for_the_gateway_address() -> None:
     cluster = copy.deepcopy(QWEN.required[0])
     cluster["status"]["gateway"] = {}
@@ -596,7 +618,7 @@ def test_endpoint_picker_under_unified_is_honoured() -> None:
     rsp = run(xr, QWEN.required)
     assert [r.message for r in rsp.results] == []
     got = manifests(rsp)
-    written = yaml.safe_load(got["serving-epp-config"]["data"]["epp-config.yaml"])
+    written = yaml.safe_load(picker_config(got))
     assert written == {**serving.UNIFIED_EPP_CONFIG, **config}  # top-level keys replace
     (container,) = got["serving-epp-deployment"]["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/epp:v1"

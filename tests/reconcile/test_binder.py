@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from plnt import binding, capacity, tenancy
+from plnt import binding, capacity, tenancy, workload_cluster
 from plnt.capacity import fleet_view
 from plnt.reconcile import binder, kube, ledger
 from tests.reconcile.apiserver import RECONCILER_TOKEN, REPO
@@ -409,6 +409,34 @@ def test_a_fence_keeps_other_namespaces_off_its_cluster(kube_apiserver, api, clu
     }
     found = states(kube_apiserver, [inside, outside])
     assert (found[inside].state, found[outside].state) == (binding.BOUND, binding.REFUSED_STATE)
+
+
+def tenant_namespaces(kube_apiserver, cluster: str) -> str | None:
+    obj = kube_apiserver.admin.get(f"/apis/{GV}/inferenceclusters/{cluster}").json()
+    return (obj["metadata"].get("annotations") or {}).get(workload_cluster.TENANT_NAMESPACES)
+
+
+def test_the_namespaces_a_cluster_prepares_are_those_its_fence_admits(
+    kube_apiserver, api, cluster_name
+):
+    tag = uuid.uuid4().hex[:6]
+    r = kube_apiserver.admin.patch(
+        f"/apis/{GV}/inferenceclusters/{cluster_name}",
+        json={"spec": {"namespaceSelector": {"matchLabels": {"fence": tag}}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert r.status_code == 200, r.text
+    b = binder.Binder(api)
+    b.bind_once()
+    assert tenant_namespaces(kube_apiserver, cluster_name) is None  # nothing to say yet
+    inside = sorted(tenant_replica(kube_apiserver, cluster_name, 1, {"fence": tag}) for _ in "ab")
+    tenant_replica(kube_apiserver, cluster_name, 1, {})  # fenced out: never prepared
+    b.bind_once()
+    assert tenant_namespaces(kube_apiserver, cluster_name) == ",".join(inside)
+    r = kube_apiserver.admin.delete(f"/apis/{GV}/namespaces/{inside[0]}/modelreplicas/r-0")
+    assert r.status_code == 200, r.text
+    b.bind_once()
+    assert tenant_namespaces(kube_apiserver, cluster_name) == inside[1]
 
 
 def test_a_quota_caps_the_namespaces_it_covers_and_shows_its_use(kube_apiserver, api, cluster_name):
