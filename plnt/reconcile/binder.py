@@ -45,9 +45,10 @@ from plnt import binding, cluster_health, contracts, ledger_parse, names, tenanc
 from plnt.capacity import fleet_view, offer, pool_nodes
 from plnt.ledger_parse import UnreadableLedgerError
 from plnt.reconcile import ledger as ledgers
-from plnt.reconcile import probe
+from plnt.reconcile import probe, reflector
 from plnt.reconcile.kube import api_map
 from plnt.reconcile.ledger import LedgerT
+from plnt.reconcile.reads import CONFIGMAPS, NAMESPACES, Listed, Reads
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +66,16 @@ CRASH_AFTER_LEDGER_WRITE = "PLNT_TEST_CRASH_AFTER_LEDGER_WRITE"
 CRASH_EXIT_CODE = 86
 
 
-def _meta(obj: client.V1ConfigMap | client.V1Namespace) -> client.V1ObjectMeta:
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     """Metadata of an object read from the API server, which always sends it."""
-    if obj.metadata is None:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
         raise ValueError("an object without metadata from the API server")
-    return obj.metadata
+    return meta
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
 ledger_name = binding.ledger_name
@@ -77,6 +83,22 @@ ledger_name = binding.ledger_name
 # of their own, so nothing that selects the published ledgers by label ever reads a record.
 RECORD_LABEL = "plnt.work/ledger-record"
 QUOTA_RECORD_LABEL = "plnt.work/quota-ledger-record"
+
+
+LEDGER_LABELS = (LEDGER_LABEL, RECORD_LABEL, tenancy.QUOTA_LEDGER_LABEL, QUOTA_RECORD_LABEL)
+
+
+def _newest_ledger(config_maps: Mapping[str, Mapping[str, Any]]) -> int | None:
+    """The newest resourceVersion among the ledger copies (cluster and quota ledgers, published
+    and records); None when one is not a revision."""
+    newest = 0
+    for cm in config_maps.values():
+        if any(_labels(cm).get(label) == "true" for label in LEDGER_LABELS):
+            version = reflector.revision(_meta(cm).get("resourceVersion"))
+            if version is None:
+                return None
+            newest = max(newest, version)
+    return newest
 
 
 def record_name(cluster: str) -> str:
@@ -165,7 +187,9 @@ class Binder:
         prober: probe.Prober | None = None,
         failures: int = probe.FAILURES,
         successes: int = probe.SUCCESSES,
+        reads: Reads | None = None,
     ) -> None:
+        self.api = api
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
@@ -178,32 +202,48 @@ class Binder:
         # InferenceCluster every pass, before the fleet view is written from them.
         self.prober = prober
         self.failures, self.successes = failures, successes
+        # Where a pass reads from (plnt.reconcile.reads): list calls, or watched caches.
+        self.reads: Reads = reads if reads is not None else Listed(api, namespace)
 
     # --- reads ----------------------------------------------------------------------------
 
     def _list(self, plural: str) -> list[dict[str, Any]]:
+        """A fresh list of a custom kind (after a conflict, or when a cache lags a ledger)."""
         listed = api_map(self.custom.list_cluster_custom_object(GROUP, VERSION, plural))
         return listed.get("items", [])
 
+    def _as_dict(self, obj: Any) -> dict[str, Any]:
+        """A typed answer of the core API as the map the API server sent."""
+        return api_map(self.api.sanitize_for_serialization(obj))
+
     def read_ledgers(
-        self, clusters: set[str], counted: Callable[[str], int] = lambda _: 0
+        self,
+        clusters: set[str],
+        counted: Callable[[str], int] = lambda _: 0,
+        config_maps: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> dict[str, ledgers.Held[ledgers.Ledger]]:
         """Every cluster's ledger from its two copies (plnt.reconcile.ledger, "a ledger kept
-        twice"), in two list calls (a pass costs the same on 1 or 1,000 clusters): the published
-        copies first, then the records. `counted`: the last sequence the binder counted for a
+        twice") in `config_maps` (the ledger namespace's, read once for the pass: a pass costs
+        the same on 1 or 1,000 clusters). `counted`: the last sequence the binder counted for a
         cluster (asked only when both copies are gone)."""
-        return self._hold_all(CLUSTER_LEDGERS, clusters, counted)
+        cms = self.reads.config_maps() if config_maps is None else config_maps
+        return self._hold_all(CLUSTER_LEDGERS, clusters, counted, cms)
 
     def read_ledger(self, cluster: str) -> ledgers.Held[ledgers.Ledger]:
-        """One cluster's ledger, as `read_ledgers` reads it (after a conflict)."""
+        """One cluster's ledger, read fresh (after a conflict, or before writing only
+        annotations)."""
         return self._hold_one(
             CLUSTER_LEDGERS, cluster, lambda _: self._counted_view().get(cluster, 0)
         )
 
     def read_quota_ledgers(
-        self, quotas: set[str], counted: Callable[[str], int] = lambda _: 0
+        self,
+        quotas: set[str],
+        counted: Callable[[str], int] = lambda _: 0,
+        config_maps: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> dict[str, ledgers.Held[tenancy.QuotaLedger]]:
-        return self._hold_all(QUOTA_LEDGERS, quotas, counted)
+        cms = self.reads.config_maps() if config_maps is None else config_maps
+        return self._hold_all(QUOTA_LEDGERS, quotas, counted, cms)
 
     def read_quota_ledger(
         self, quota: str, counted: Callable[[str], int] = lambda _: 0
@@ -211,13 +251,19 @@ class Binder:
         return self._hold_one(QUOTA_LEDGERS, quota, counted)
 
     def _hold_all(
-        self, kind: _Kind[LedgerT], keys: set[str], counted: Callable[[str], int]
+        self,
+        kind: _Kind[LedgerT],
+        keys: set[str],
+        counted: Callable[[str], int],
+        cms: Mapping[str, Mapping[str, Any]],
     ) -> dict[str, ledgers.Held[LedgerT]]:
-        published = self._listed(f"{kind.label}=true")
-        records = self._listed(f"{kind.record_label}=true")
+        def labelled(name: str, label: str) -> Mapping[str, Any] | None:
+            cm = cms.get(name)
+            return cm if cm is not None and _labels(cm).get(label) == "true" else None
+
         return {
-            k: self._hold(kind, k, published.get(kind.name_of(k)), records.get(kind.record_of(k)),
-                          counted)
+            k: self._hold(kind, k, labelled(kind.name_of(k), kind.label),
+                          labelled(kind.record_of(k), kind.record_label), counted)
             for k in keys
         }  # fmt: skip
 
@@ -232,20 +278,21 @@ class Binder:
         self,
         kind: _Kind[LedgerT],
         key: str,
-        published: client.V1ConfigMap | None,
-        record: client.V1ConfigMap | None,
+        published: Mapping[str, Any] | None,
+        record: Mapping[str, Any] | None,
         counted: Callable[[str], int],
     ) -> ledgers.Held[LedgerT]:
-        def copy(cm: client.V1ConfigMap | None) -> ledgers.Copy[LedgerT] | None:
+        def copy(cm: Mapping[str, Any] | None) -> ledgers.Copy[LedgerT] | None:
             if cm is None:
                 return None
             meta = _meta(cm)
             as_dict = {
-                "metadata": {"name": meta.name, "namespace": meta.namespace,
-                             "labels": dict(meta.labels or {})},
-                "data": dict(cm.data or {}),
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                             "labels": _labels(cm)},
+                "data": dict(cm.get("data") or {}),
             }  # fmt: skip
-            return ledgers.Copy(meta.resource_version or "", kind.read(as_dict, key, kind.data_key))
+            version = str(meta.get("resourceVersion") or "")
+            return ledgers.Copy(version, kind.read(as_dict, key, kind.data_key))
 
         return ledgers.hold(
             kind.fresh(key),
@@ -258,19 +305,22 @@ class Binder:
     def _where(self, name: str) -> str:
         return f"{self.namespace}/{name}"
 
-    def _listed(self, selector: str) -> dict[str, client.V1ConfigMap]:
-        listed = self.core.list_namespaced_config_map(self.namespace, label_selector=selector)
-        return {_meta(cm).name or "": cm for cm in listed.items}
-
-    def _counted_view(self) -> dict[str, int]:
+    def _counted_view(
+        self, config_maps: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> dict[str, int]:
         """The ledger sequence the fleet view last counted per cluster: what tells a ledger whose
-        copies are both gone from one never written. A part that does not read counts nothing."""
-        listed = self.core.list_namespaced_config_map(
-            self.namespace, label_selector=f"{fleet_view.VIEW_LABEL}=true"
-        )
+        copies are both gone from one never written. From `config_maps`, the ledgers' own
+        reading (the view's parts and the ledgers are one namespace's ConfigMaps, read at one
+        version), else listed. A part that does not read counts nothing."""
+        if config_maps is None:
+            listed = self.core.list_namespaced_config_map(
+                self.namespace, label_selector=f"{fleet_view.VIEW_LABEL}=true"
+            )
+            config_maps = {str(i): self._as_dict(c) for i, c in enumerate(listed.items)}
         parts = [
-            {"metadata": {"name": _meta(cm).name}, "binaryData": cm.binary_data or {}}
-            for cm in listed.items
+            {"metadata": {"name": _meta(cm).get("name")}, "binaryData": cm.get("binaryData") or {}}
+            for cm in config_maps.values()
+            if _labels(cm).get(fleet_view.VIEW_LABEL) == "true"
         ]
         views, unreadable = fleet_view.read(parts)
         if unreadable:
@@ -279,8 +329,15 @@ class Binder:
 
     def namespaces(self) -> dict[str, dict[str, str]]:
         """Every Namespace's labels (fences and quotas select namespaces by them)."""
-        listed = self.core.list_namespace()
-        return {_meta(n).name or "": dict(_meta(n).labels or {}) for n in listed.items}
+        return {_meta(n).get("name") or "": _labels(n) for n in self.reads.objects(NAMESPACES)}
+
+    def _after(
+        self, config_maps: Mapping[str, Mapping[str, Any]], plural: str
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind, at least as new as each ledger copy in `config_maps`: what
+        lets `ledgers.decide` release the entry of a replica the list lacks (it is gone, not yet
+        seen), as a pass always listed them after reading its ledgers."""
+        return self.reads.objects_since(plural, _newest_ledger(config_maps))
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -329,13 +386,15 @@ class Binder:
         if all(seen.get(k) == v for k, v in status.items()):
             return
         try:
-            self.custom.patch_cluster_custom_object_status(
+            written = self.custom.patch_cluster_custom_object_status(
                 GROUP, VERSION, "inferencequotas", quota["metadata"]["name"],
                 {"status": status}, field_manager=FIELD_MANAGER,
             )  # fmt: skip
         except ApiException as err:
             if err.status != 404:
                 raise
+            return
+        self.reads.wrote("inferencequotas", api_map(written))
 
     def _swap_config_map(
         self,
@@ -357,11 +416,11 @@ class Binder:
         )
         try:
             if resource_version is None:
-                self.core.create_namespaced_config_map(
+                written = self.core.create_namespaced_config_map(
                     self.namespace, body, field_manager=FIELD_MANAGER
                 )
             else:
-                self.core.replace_namespaced_config_map(
+                written = self.core.replace_namespaced_config_map(
                     name, self.namespace, body, field_manager=FIELD_MANAGER
                 )
         except ApiException as err:
@@ -369,6 +428,7 @@ class Binder:
             if err.status == 409 or (err.status == 404 and resource_version is not None):
                 return False
             raise
+        self.reads.wrote(CONFIGMAPS, self._as_dict(written))
         return True
 
     def annotate(self, key: str, uid: str, writes: Mapping[str, str | None]) -> None:
@@ -376,34 +436,38 @@ class Binder:
         # The uid precondition: never annotate a re-created replica of the same name.
         patch = {"metadata": {"uid": uid, "annotations": dict(writes)}}
         try:
-            self.custom.patch_namespaced_custom_object(
+            written = self.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, "modelreplicas", name, patch,
                 field_manager=FIELD_MANAGER,
             )  # fmt: skip
         except ApiException as err:
             if err.status not in (404, 409, 422):  # gone or re-created (uid): next pass sees it
                 raise
+            return
+        self.reads.wrote("modelreplicas", api_map(written))
 
     # --- a pass ---------------------------------------------------------------------------
 
     def bind_once(self) -> list[ClusterOutcome]:
-        clusters = {c["metadata"]["name"]: c for c in self._list("inferenceclusters")}
+        objects = self.reads.objects
+        clusters = {c["metadata"]["name"]: c for c in objects("inferenceclusters")}
         if self.prober is not None:
             self.prober.watch(clusters)
             clusters = self.publish_health(clusters, self.prober.streaks())
             clusters = self.publish_nodes(clusters, self.prober.nodes())
-        classes = {c["metadata"]["name"]: c for c in self._list("inferenceclasses")}
-        quotas = {q["metadata"]["name"]: q for q in self._list("inferencequotas")}
+        classes = {c["metadata"]["name"]: c for c in objects("inferenceclasses")}
+        quotas = {q["metadata"]["name"]: q for q in objects("inferencequotas")}
         namespaces = self.namespaces()
-        counted = _Lazy(self._counted_view)
-        # the ledgers first, then the replicas
-        read = self.read_ledgers(set(clusters), lambda c: counted().get(c, 0))
+        # the ledgers first, then the replicas (`_after`)
+        cms = self.reads.config_maps()
+        counted = _Lazy(lambda: self._counted_view(cms))
+        read = self.read_ledgers(set(clusters), lambda c: counted().get(c, 0), cms)
         for name in sorted(self.forget_lost & set(clusters)):
             read[name] = self._forgotten(name, read[name])
-        quota_read = self.read_quota_ledgers(set(quotas), lambda q: _quota_counted(quotas[q]))
-        self._remove_orphan_quota_ledgers(set(quotas))
-        replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
-        caches = self._caches(quotas.values())
+        quota_read = self.read_quota_ledgers(set(quotas), lambda q: _quota_counted(quotas[q]), cms)
+        self._remove_orphan_quota_ledgers(set(quotas), cms)
+        replicas = [ledgers.Replica.of(o) for o in self._after(cms, "modelreplicas")]
+        caches = self._caches(quotas.values(), cms)
         closed = {n: h.closed for n, h in read.items() if h.closed is not None}
         closed_quotas = {n: h.closed for n, h in quota_read.items() if h.closed is not None}
         decided: list[ledgers.QuotaDecision] = []
@@ -432,12 +496,9 @@ class Binder:
         for name in sorted(clusters):
             outcome = ClusterOutcome(name)
             try:
-                if name in closed:
-                    self._refuse_closed(name, closed[name], replicas, outcome)
-                else:
-                    committed[name] = self._bind_cluster(
-                        clusters[name], classes, read[name], replicas, outcome, refuse=refuse
-                    )
+                committed[name] = self._bind_cluster(
+                    clusters[name], classes, read[name], replicas, outcome, refuse=refuse
+                )
             except Exception as err:  # one cluster's failure must not stop the others
                 outcome.error = f"{type(err).__name__}: {err}"
                 log.warning("%s", outcome.line())
@@ -453,7 +514,7 @@ class Binder:
             outcomes.append(outcome)
             self._report_cluster(clusters[name], outcome.closed, outcome.rebuilt)
         self._refuse_unknown_clusters(replicas, set(clusters))
-        self.write_view(clusters, classes, committed, closed)
+        self.write_view(clusters, classes, committed, closed, cms)
         self.nudge(clusters, replicas)
         for d in decided:
             if d.written:
@@ -483,11 +544,12 @@ class Binder:
                 continue
             value = record.to_annotation()
             try:
-                self.custom.patch_cluster_custom_object(
+                written = self.custom.patch_cluster_custom_object(
                     GROUP, VERSION, "inferenceclusters", name,
                     {"metadata": {"annotations": {cluster_health.ANNOTATION: value}}},
                     field_manager=FIELD_MANAGER,
                 )  # fmt: skip
+                self.reads.wrote("inferenceclusters", api_map(written))
             except ApiException as err:
                 log.warning("cluster %s: health not written: HTTP %s", name, err.status)
                 continue
@@ -526,11 +588,12 @@ class Binder:
                 continue
             value = record.to_annotation()
             try:
-                self.custom.patch_cluster_custom_object(
+                written = self.custom.patch_cluster_custom_object(
                     GROUP, VERSION, "inferenceclusters", name,
                     {"metadata": {"annotations": {pool_nodes.ANNOTATION: value}}},
                     field_manager=FIELD_MANAGER,
                 )  # fmt: skip
+                self.reads.wrote("inferenceclusters", api_map(written))
             except ApiException as err:
                 log.warning("cluster %s: pool nodes not written: HTTP %s", name, err.status)
                 continue
@@ -567,11 +630,12 @@ class Binder:
             if annotations.get(workload_cluster.TENANT_NAMESPACES, "") == value:
                 continue
             try:
-                self.custom.patch_cluster_custom_object(
+                written = self.custom.patch_cluster_custom_object(
                     GROUP, VERSION, "inferenceclusters", name,
                     {"metadata": {"annotations": {workload_cluster.TENANT_NAMESPACES: value}}},
                     field_manager=FIELD_MANAGER,
                 )  # fmt: skip
+                self.reads.wrote("inferenceclusters", api_map(written))
             except ApiException as err:
                 log.warning("cluster %s: tenant namespaces not written: HTTP %s", name, err.status)
 
@@ -615,12 +679,14 @@ class Binder:
             forgotten=True,
         )
 
-    def _caches(self, quotas: Iterable[Mapping[str, Any]]) -> list[ledgers.Replica]:
+    def _caches(
+        self, quotas: Iterable[Mapping[str, Any]], config_maps: Mapping[str, Mapping[str, Any]]
+    ) -> list[ledgers.Replica]:
         """The ModelCaches as quotas weigh them, when some quota caps cache storage (else none
         is read: nothing counts them)."""
         if not any(tenancy.CACHE_STORAGE in ledgers.quota_terms(q)[1] for q in quotas):
             return []
-        return [ledgers.Replica.of_cache(o) for o in self._list("modelcaches")]
+        return [ledgers.Replica.of_cache(o) for o in self._after(config_maps, "modelcaches")]
 
     def _reserve(
         self,
@@ -679,6 +745,7 @@ class Binder:
         classes: Mapping[str, Mapping[str, Any]],
         committed: Mapping[str, ledgers.Ledger],
         closed: Mapping[str, ledgers.Closed] | None = None,
+        config_maps: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[fleet_view.Part]:
         """Writes the fleet view of these ledgers (a `closed` cluster offers nothing, with
         why): first the parts that gain clusters, then the
@@ -686,13 +753,11 @@ class Binder:
         cluster moving between parts (its labels changed) is in one of them at every moment;
         a reader between the writes may see it in both, at the same ledger sequence."""
         parts = fleet_view.parts(ledgers.views(clusters, classes, committed, closed))
-        listed = self.core.list_namespaced_config_map(
-            self.namespace, label_selector=f"{fleet_view.VIEW_LABEL}=true"
-        )
-        held = {_meta(cm).name or "": cm for cm in listed.items}
+        cms = self.reads.config_maps() if config_maps is None else config_maps
+        held = {n: cm for n, cm in cms.items() if _labels(cm).get(fleet_view.VIEW_LABEL) == "true"}
 
-        def payload(cm: client.V1ConfigMap | None) -> str | None:
-            value = (cm.binary_data or {}).get(fleet_view.DATA_KEY) if cm is not None else None
+        def payload(cm: Mapping[str, Any] | None) -> str | None:
+            value = (cm.get("binaryData") or {}).get(fleet_view.DATA_KEY) if cm else None
             return value if isinstance(value, str) else None  # base64, as the API serves it
 
         def losing(part: fleet_view.Part) -> bool:
@@ -706,9 +771,9 @@ class Binder:
                 binary={fleet_view.DATA_KEY: part.payload},
                 exists=part.name in held,
             )
-        index = self._read_config_map(fleet_view.INDEX_NAME)
+        index = cms.get(fleet_view.INDEX_NAME)
         text = fleet_view.index_text(parts)
-        if index is None or (index.data or {}).get(fleet_view.INDEX_KEY) != text:
+        if index is None or (index.get("data") or {}).get(fleet_view.INDEX_KEY) != text:
             self._put_config_map(
                 fleet_view.INDEX_NAME,
                 {},
@@ -721,11 +786,13 @@ class Binder:
             except ApiException as err:
                 if err.status != 404:
                     raise
+            self.reads.deleted(CONFIGMAPS, (self.namespace, name))
         return parts
 
-    def _read_config_map(self, name: str) -> client.V1ConfigMap | None:
+    def _read_config_map(self, name: str) -> dict[str, Any] | None:
+        """A ConfigMap of the ledger namespace read fresh (a GET), None when there is none."""
         try:
-            return self.core.read_namespaced_config_map(name, self.namespace)
+            return self._as_dict(self.core.read_namespaced_config_map(name, self.namespace))
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -751,13 +818,14 @@ class Binder:
         for _ in range(2):
             try:
                 if exists:
-                    self.core.replace_namespaced_config_map(
+                    written = self.core.replace_namespaced_config_map(
                         name, self.namespace, body, field_manager=FIELD_MANAGER
                     )
                 else:
-                    self.core.create_namespaced_config_map(
+                    written = self.core.create_namespaced_config_map(
                         self.namespace, body, field_manager=FIELD_MANAGER
                     )
+                self.reads.wrote(CONFIGMAPS, self._as_dict(written))
                 return
             except ApiException as err:
                 if err.status not in (404, 409):
@@ -776,15 +844,29 @@ class Binder:
         refuse: Mapping[str, str] | None = None,
     ) -> ledgers.Ledger:
         """Binds the cluster's proposals; returns the ledger as committed (or as last read, when
-        it turned unreadable meanwhile: then `outcome.closed` says why and the proposals are
-        refused)."""
+        it is unreadable: then `outcome.closed` says why and the proposals are refused).
+
+        Every write follows a read it cannot outdate: the ledger is replaced at the version it
+        was decided from, and annotations that come with no ledger write (a binding a crash left
+        unwritten, a refusal) are decided again from the ledger read fresh, since the pass's
+        copy may lag another binder's commit."""
         name = cluster["metadata"]["name"]
         last = ledgers.Ledger(cluster=name)
+        fresh = False  # `held` and `replicas` were read just now, not at the start of the pass
+
+        def reread() -> tuple[ledgers.Held[ledgers.Ledger], list[ledgers.Replica]]:
+            held = self.read_ledger(name)  # first the ledger, then the list
+            return held, [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+
         for _ in range(MAX_ATTEMPTS):
             state = held.state
             if state is None:
-                assert held.closed is not None
-                self._refuse_closed(name, held.closed, replicas, outcome)
+                closed = held.closed
+                assert closed is not None
+                if not fresh and ledgers.refuse_closed(name, closed, replicas)[1]:
+                    (held, replicas), fresh = reread(), True
+                    continue
+                self._refuse_closed(name, closed, replicas, outcome)
                 return last
             last = state
             pools = ledgers.pools_of(cluster, classes)
@@ -797,10 +879,13 @@ class Binder:
             decision = ledgers.decide(
                 state, mine, pools, alive={r.uid for r in replicas}, refuse=refuse, first=first
             )
+            writing = decision.changed or held.write_record or held.publish
+            if decision.annotate and not writing and not fresh:
+                (held, replicas), fresh = reread(), True
+                continue
             if not self.commit(CLUSTER_LEDGERS, name, held, decision.ledger, decision.changed):
                 outcome.conflicts += 1
-                held = self.read_ledger(name)  # first the ledger, then the list
-                replicas = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+                (held, replicas), fresh = reread(), True
                 continue
             outcome.rebuilt = held.rebuilt
             if self.crash_after_ledger_write and decision.changed and decision.annotate:
@@ -839,18 +924,19 @@ class Binder:
         for key, writes in sorted(annotate.items()):
             self.annotate(key, uids[key], writes)
 
-    def _remove_orphan_quota_ledgers(self, listed: set[str]) -> None:
+    def _remove_orphan_quota_ledgers(
+        self, listed: set[str], config_maps: Mapping[str, Mapping[str, Any]]
+    ) -> None:
         """Deletes the quota ledgers (both copies) of InferenceQuotas that are gone, so nothing
         waits on a reservation that can never change. The quotas are listed again first, and
         each ConfigMap is deleted only at the version seen: a quota created meanwhile keeps its
         ledger."""
-        found: dict[str, str] = {}
-        for selector in (f"{tenancy.QUOTA_LEDGER_LABEL}=true", f"{QUOTA_RECORD_LABEL}=true"):
-            listed_cms = self.core.list_namespaced_config_map(
-                self.namespace, label_selector=selector
-            )
-            for cm in listed_cms.items:
-                found[_meta(cm).name or ""] = _meta(cm).resource_version or ""
+        found = {
+            name: str(_meta(cm).get("resourceVersion") or "")
+            for name, cm in config_maps.items()
+            if any(_labels(cm).get(k) == "true" for k in (tenancy.QUOTA_LEDGER_LABEL,
+                                                          QUOTA_RECORD_LABEL))
+        }  # fmt: skip
 
         def kept(quotas: set[str]) -> set[str]:
             return {f(q) for q in quotas for f in (tenancy.quota_ledger_name, quota_record_name)}
@@ -872,6 +958,9 @@ class Binder:
             except ApiException as err:
                 if err.status not in (404, 409):
                     raise
+                if err.status == 409:
+                    continue
+            self.reads.deleted(CONFIGMAPS, (self.namespace, name))
 
     # --- what people see ------------------------------------------------------------------
 

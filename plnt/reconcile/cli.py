@@ -11,8 +11,9 @@ With --once it lists ModelDeployments, makes one pass, prints one line per Model
 exits (1 if any write failed). Otherwise it watches ModelDeployments and reconciles every
 interval until SIGTERM, serving /healthz and /readyz. --bind also runs the binder every
 --bind-interval; --bind-only runs nothing else (no Prometheus needed). The long-running binder
-also probes each InferenceCluster's API server every --probe-interval and publishes its health
-(plnt.reconcile.probe).
+reads from list-then-watch caches (plnt.reconcile.reads) and runs a pass as soon as one of them
+changes, else every --bind-interval; it also probes each InferenceCluster's API server every
+--probe-interval and publishes its health (plnt.reconcile.probe).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -256,11 +258,19 @@ def _forever(args: argparse.Namespace, cluster: Kube, reconciler: Reconciler) ->
 def _bind(args: argparse.Namespace, api: object, stop: threading.Event | None = None) -> int:
     """The binder: one pass with --once (a line per cluster; 1 if a cluster failed), else a pass
     every --bind-interval until SIGTERM (or `stop`)."""
-    from plnt.reconcile import binder
+    from kubernetes import client
+
+    from plnt.reconcile import binder, kube, reads
 
     prober = None
     if not args.once and args.probe_interval > 0:
         prober = _prober(args, api)
+    watched = None
+    if not args.once:
+        # The watches hold their connections open: a client (and connection pool) of their own.
+        watch_api = kube.named(client.ApiClient(api.configuration))  # type: ignore[attr-defined]
+        watched = reads.Watched(watch_api, args.ledger_namespace)
+        watched.start()
     b = binder.Binder(
         api,  # type: ignore[arg-type]
         namespace=args.ledger_namespace,
@@ -268,14 +278,18 @@ def _bind(args: argparse.Namespace, api: object, stop: threading.Event | None = 
         prober=prober,
         failures=args.probe_failures,
         successes=args.probe_successes,
+        reads=watched,
     )
     if prober is not None:
         prober.start()
     try:
-        return _bind_passes(args, b, stop)
+        return _bind_passes(args, b, stop, watched)
     finally:
         if prober is not None:
             prober.stop()
+        if watched is not None:
+            watched.close()
+            watch_api.close()
 
 
 def _prober(args: argparse.Namespace, api: Any) -> Any:
@@ -299,7 +313,13 @@ def _prober(args: argparse.Namespace, api: Any) -> Any:
     return probe.Prober(read_secret, interval=args.probe_interval, timeout=args.probe_timeout)
 
 
-def _bind_passes(args: argparse.Namespace, b: Any, stop: threading.Event | None) -> int:
+# The least time between the starts of two binder passes, however often the caches change.
+MIN_PASS_GAP = 0.25
+
+
+def _bind_passes(
+    args: argparse.Namespace, b: Any, stop: threading.Event | None, watched: Any = None
+) -> int:
     if args.once:
         try:
             outcomes = b.bind_once()
@@ -315,7 +335,17 @@ def _bind_passes(args: argparse.Namespace, b: Any, stop: threading.Event | None)
             signal.signal(signum, lambda *_: stop.set())
     log = logging.getLogger("plnt.reconcile.binder")
     last: dict[str, str] = {}
+    lagging: list[str] = []
     while not stop.is_set():
+        started = time.monotonic()
+        if watched is not None:
+            behind = watched.wait_synced(args.bind_interval)
+            if behind:  # as a failed list: no pass until the caches are current again
+                if behind != lagging:
+                    log.warning("waiting for the caches of %s to list again", ", ".join(behind))
+                lagging = behind
+                continue
+            lagging = []
         try:
             for outcome in b.bind_once():
                 line = outcome.line()
@@ -324,5 +354,9 @@ def _bind_passes(args: argparse.Namespace, b: Any, stop: threading.Event | None)
                     last[outcome.cluster] = line
         except Exception:
             log.exception("bind pass failed")
-        stop.wait(args.bind_interval)
+        if watched is None:
+            stop.wait(args.bind_interval)
+        else:  # the next pass as soon as something changed, at the latest after the interval
+            watched.wait_changed(args.bind_interval)
+            stop.wait(max(0.0, MIN_PASS_GAP - (time.monotonic() - started)))
     return 0
