@@ -121,18 +121,29 @@ def test_every_function_is_packaged_and_depended_on() -> None:
     assert meta["metadata"]["name"] == "plnt-reconciler"
     annotations = meta["metadata"]["annotations"]
     assert {k: annotations.get(k) for k in ANNOTATIONS} == expected_annotations
-    docs = {d["kind"]: d for d in _install_docs() if d["apiVersion"].startswith("pkg.")}
-    (match,) = docs["ImageConfig"]["spec"]["matchImages"]
-    assert match == {"type": "Prefix", "prefix": f"{REGISTRY}plnt-reconciler"}
-    runtime_config = docs["DeploymentRuntimeConfig"]
-    assert (
-        docs["ImageConfig"]["spec"]["runtime"]["configRef"]["name"]
-        == (runtime_config["metadata"]["name"])
-    )
-    template = runtime_config["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]
-    (container,) = template["containers"]
-    assert container["name"] == "package-runtime"  # the container Crossplane's runtime runs
-    assert container["args"][:2] == ["reconcile", "--bind"]
+    image_config, runtime_config = _runtime_for(reconciler)
+    assert image_config["spec"]["matchImages"] == [
+        {"type": "Prefix", "prefix": f"{REGISTRY}plnt-reconciler"}
+    ]
+    assert runtime_config["metadata"]["name"] == "plnt-reconciler"  # settings.yaml's
+    assert _runtime_container(runtime_config)["args"][:2] == ["reconcile", "--bind"]
+
+    # provider-kubernetes runs with the poll docs/sizing.md recommends, selected by the exact
+    # package crossplane.yaml depends on
+    (kubernetes,) = [d for d in providers if d["package"].endswith("/provider-kubernetes")]
+    image_config, runtime_config = _runtime_for(kubernetes)
+    assert image_config["spec"]["matchImages"] == [
+        {"type": "Prefix", "prefix": kubernetes["package"]}
+    ]
+    assert _runtime_container(runtime_config)["args"] == ["--poll=1m"]
+
+    # every runtime config of the folder is one an ImageConfig of it selects, and no other
+    docs = _install_docs()
+    selected = [
+        d["spec"]["runtime"]["configRef"]["name"] for d in docs if d["kind"] == "ImageConfig"
+    ]
+    configs = [d["metadata"]["name"] for d in docs if d["kind"] == "DeploymentRuntimeConfig"]
+    assert sorted(selected) == sorted(configs) and len(set(configs)) == len(configs) == 2
 
     # Compositions only reference functions this distribution serves.
     for composition in render.compositions().values():
@@ -146,6 +157,38 @@ def config_version(config: dict) -> str:
     """The version every plnt package is pinned at (the functions')."""
     (version,) = {d["version"] for d in config["spec"]["dependsOn"] if d["kind"] == "Function"}
     return version
+
+
+def _runtime_for(dependency: dict) -> tuple[dict, dict]:
+    """The ImageConfig of package/install that Crossplane applies for its runtime to the image
+    of ``dependency`` (crossplane.yaml's: package and version), the longest matching prefix as
+    Crossplane chooses, and the DeploymentRuntimeConfig it names, in package/install too."""
+    docs = _install_docs()
+    package, image = dependency["package"], f"{dependency['package']}:{dependency['version']}"
+    matching = [
+        (len(m["prefix"]), d)
+        for d in docs
+        if d["kind"] == "ImageConfig" and (d["spec"].get("runtime") or {}).get("configRef")
+        for m in d["spec"]["matchImages"]
+        if m["type"] == "Prefix" and image.startswith(m["prefix"])
+    ]
+    assert matching, f"no ImageConfig in package/install selects a runtime for {package}"
+    longest = max(n for n, _ in matching)
+    (image_config,) = [d for n, d in matching if n == longest]
+    name = image_config["spec"]["runtime"]["configRef"]["name"]
+    (runtime_config,) = [
+        d for d in docs if d["kind"] == "DeploymentRuntimeConfig" and d["metadata"]["name"] == name
+    ]
+    return image_config, runtime_config
+
+
+def _runtime_container(runtime_config: dict) -> dict:
+    """The one container a DeploymentRuntimeConfig sets: the one Crossplane's runtime runs the
+    package's image in, which it names package-runtime."""
+    template = runtime_config["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]
+    (container,) = template["containers"]
+    assert container["name"] == "package-runtime"
+    return container
 
 
 def _install_docs() -> list[dict]:
@@ -198,7 +241,11 @@ def test_install_folder_holds_what_plnt_needs_but_does_not_compose() -> None:
         assert (group, plural) in granted, plural
 
     # the reconciler's ServiceAccount, as settings.yaml names it, is what the roles bind
-    (runtime_config,) = [d for d in docs if d["kind"] == "DeploymentRuntimeConfig"]
+    (runtime_config,) = [
+        d
+        for d in docs
+        if d["kind"] == "DeploymentRuntimeConfig" and d["metadata"]["name"] == "plnt-reconciler"
+    ]
     account = runtime_config["spec"]["serviceAccountTemplate"]["metadata"]["name"]
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
     assert len(bindings) == 3
