@@ -20,7 +20,7 @@ SERVING = "Serving"  # WorkflowRun: its phase, as a condition (True when Ready)
 USABLE = "Usable"  # an InferenceClass can be used by clusters and the scheduler
 STACK_READY = "StackReady"  # an InferenceCluster's serving stack and gateway are up
 CANARY_GATE = "CanaryGate"  # the latency gate's verdict on a canary revision
-BOUND = "Bound"  # ModelReplica: the binder committed its capacity (plnt.binding)
+BOUND = "Bound"  # ModelReplica: the binder committed its capacity (plnt.capacity.binding)
 REPLICAS_BOUND = "ReplicasBound"  # ModelDeployment: every replica is bound, none over-committed
 # ModelDeployment (and the WorkflowRun, copied): whether the clusters its replicas are on are
 # healthy, which are degraded and why, and what fails over where

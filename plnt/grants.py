@@ -16,7 +16,8 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import contracts, targets, tenancy, xp
+from plnt import contracts, targets, xp
+from plnt.capacity import admission
 from plnt.models.inference_grant import InferenceGrantSpec
 from plnt.models.model_service import DEFAULT_GATEWAY_NAME, DEFAULT_GATEWAY_NAMESPACE
 
@@ -46,7 +47,7 @@ class Grant:
 def grant_for(
     namespace: str, namespace_obj: Mapping[str, Any] | None, grants: Iterable[Mapping[str, Any]]
 ) -> Grant:
-    labels = tenancy.namespace_labels(namespace_obj, namespace)
+    labels = admission.namespace_labels(namespace_obj, namespace)
     paths: list[str] = []
     hostnames: list[str] = []
     gateways: set[tuple[str, str]] = set()

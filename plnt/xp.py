@@ -17,8 +17,6 @@ from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import binding, tenancy
-
 COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
@@ -235,23 +233,3 @@ def respond(
     if ttl_seconds is None:
         return response.to(req)
     return response.to(req, ttl=datetime.timedelta(seconds=ttl_seconds))
-
-
-QUOTA_LEDGERS_REQUIREMENT = "quota-ledgers"
-
-
-def require_quota_ledgers(
-    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse
-) -> list[dict[str, Any]] | None:
-    """The binder's quota ledgers, which both the scheduler and the renderer check a
-    placement against; None until Crossplane answered."""
-
-    return require(
-        req,
-        rsp,
-        QUOTA_LEDGERS_REQUIREMENT,
-        "v1",
-        "ConfigMap",
-        match_labels={tenancy.QUOTA_LEDGER_LABEL: "true"},
-        namespace=binding.LEDGER_NAMESPACE,
-    )

@@ -24,7 +24,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 import plnt
-from plnt import binding, ledger_parse, xp
+from plnt import xp
+from plnt.capacity import binding, commit, ledger_parse
 from plnt_host import runtime
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -463,18 +464,16 @@ def _rendered_xr(
 def _preview_binding(
     children: list[dict[str, Any]], required: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """ModelReplicas render only once their cluster's ledger commits them (plnt.binding): the
-    tree shows them as the binder (`plnt reconcile --bind`) would commit them on the scenario's
+    """ModelReplicas render only once their cluster's ledger commits them (plnt.capacity.binding):
+    the tree shows them as the binder (`plnt reconcile --bind`) would commit them on the scenario's
     fleet, refusals included. Returns the ledgers it wrote, which the replicas' renders read."""
-    from plnt.reconcile import ledger
-
     replicas = [c for c in children if c.get("kind") == "ModelReplica"]
     if not replicas:
         return []
-    done = ledger.preview(replicas, required)
+    done = commit.preview(replicas, required)
     for child in replicas:
         meta = child["metadata"]
-        ledger.write_annotations(
+        commit.write_annotations(
             child, done.annotate.get(f"{meta.get('namespace', '')}/{meta['name']}", {})
         )
     return done.configmaps
@@ -484,8 +483,6 @@ def played_binder(xr: dict[str, Any], required: list[dict[str, Any]]) -> list[di
     """For a ModelReplica scenario whose required resources hold no ledger of its cluster,
     the ledgers the binder would commit it with (render plays the binder; a ModelReplica's
     own annotations never bind it). Nothing for any other XR."""
-    from plnt.reconcile import ledger
-
     if xr.get("kind") != "ModelReplica":
         return []
     cluster = (xr.get("spec") or {}).get("clusterName", "")
@@ -496,7 +493,7 @@ def played_binder(xr: dict[str, Any], required: list[dict[str, Any]]) -> list[di
     except ledger_parse.UnreadableLedgerError as err:
         if err.reason != ledger_parse.LEDGER_MISSING:
             return []  # and an unreadable one is what the function reads too
-    return ledger.preview([copy.deepcopy(xr)], required).configmaps
+    return commit.preview([copy.deepcopy(xr)], required).configmaps
 
 
 def _as_child_xr(obj: dict[str, Any], observed_by_name: dict[str | None, dict]) -> dict[str, Any]:

@@ -75,8 +75,10 @@ def rss_kib(pid: int) -> int:
 def binder_annotation(obj: dict[str, Any]) -> str:
     """The `plnt.work/binding` annotation a binder writes on `obj` once it committed it alone on
     its pools (whole nodes from node 0): for tests of what the ModelDeployment function reads
-    of its replicas. It binds nothing: rendering checks the ledger (plnt.binding.verify)."""
-    from plnt import binding, capacity
+    of its replicas. It binds nothing: rendering checks the ledger
+    (plnt.capacity.binding.verify)."""
+    from plnt import capacity
+    from plnt.capacity import binding
 
     state = binding.state_of(obj)
     slots = {}
@@ -109,7 +111,8 @@ def gpu_shape(gpus: int, **offers: int) -> Any:
 def spec_asking(cluster: str, demand: Any) -> dict[str, Any]:
     """A ModelReplica spec that asks exactly `demand` (per pool, `capacity.Pods` of GPUs) of
     pools shaped by `gpu_shape`: one engine per Pods entry, `count` copies of a member asking
-    its GPUs (a gang's Leader for a whole-node entry), as the binder reads it (plnt.demand)."""
+    its GPUs (a gang's Leader for a whole-node entry), as the binder reads it
+    (plnt.capacity.demand)."""
     engines = []
     for pool, pods in sorted(demand.items()):
         for p in pods:

@@ -14,9 +14,9 @@ has succeeded; ``status.pvcName`` names the claim ModelReplicas mount.
 Tenancy (docs/tenancy.md, "Caches"): a cache claims storage on a cluster as a replica claims
 devices, so it is held to the same rules. It requires its Namespace (labels) and the binder's
 quota ledgers; it composes only when the cluster's fence admits its namespace (the check the
-scheduler and the binder make, plnt.tenancy) and every InferenceQuota capping cache storage in
-its namespace has reserved exactly its size there. Otherwise ``WeightsStaged`` is False with
-the reason (``NamespaceNotAdmitted``, ``InsufficientQuota``, ``AwaitingReservation``) and a
+scheduler and the binder make, plnt.capacity.admission) and every InferenceQuota capping cache
+storage in its namespace has reserved exactly its size there. Otherwise ``WeightsStaged`` is False
+with the reason (``NamespaceNotAdmitted``, ``InsufficientQuota``, ``AwaitingReservation``) and a
 Warning, nothing new is composed, and what it composed before is kept exactly as observed (a
 volume replicas mount is never deleted by a fence or quota changed under it, nor grown).
 """
@@ -28,7 +28,8 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import conditions, labels, ledger_parse, names, tenancy, weights, workload_cluster, xp
+from plnt import conditions, labels, names, weights, workload_cluster, xp
+from plnt.capacity import admission, ledger_parse, quotas
 from plnt.models.model_cache import ModelCacheSpec, Source
 
 OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
@@ -112,7 +113,7 @@ def read_inputs(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> 
     namespace = meta.get("namespace") or "default"
     clusters = workload_cluster.pinned_cluster(req, rsp, spec.cluster_name)
     ns = xp.require(req, rsp, NAMESPACE_REQUIREMENT, "v1", "Namespace", match_name=namespace)
-    quota_ledgers = xp.require_quota_ledgers(req, rsp)
+    quota_ledgers = ledger_parse.require_quota_ledgers(req, rsp)
     if clusters is None or ns is None or quota_ledgers is None:
         return None
     return Inputs(
@@ -201,20 +202,20 @@ def tenancy_hold(
     """(reason, why) tenancy keeps the cache from claiming storage on its cluster, or None:
     the cluster's fence, then every quota capping cache storage in the namespace."""
     fence = (cluster.get("spec") or {}).get("namespaceSelector")
-    if not tenancy.admits(fence, tenancy.namespace_labels(namespace_obj, namespace)):
-        return NOT_ADMITTED, tenancy.fence_message(spec.cluster_name, namespace)
-    quotas, unreadable = ledger_parse.quota_ledgers_in(quota_ledgers)
+    if not admission.admits(fence, admission.namespace_labels(namespace_obj, namespace)):
+        return NOT_ADMITTED, admission.fence_message(spec.cluster_name, namespace)
+    held, unreadable = ledger_parse.quota_ledgers_in(quota_ledgers)
     if unreadable:
         return QUOTA_UNKNOWN, "cannot tell whether its storage is reserved: " + "; ".join(
             u.message for u in unreadable
         )
-    size = tenancy.cache_bytes(spec.size)
-    why = tenancy.cache_unreserved(
-        quotas,
+    size = quotas.cache_bytes(spec.size)
+    why = quotas.cache_unreserved(
+        held,
         namespace,
         meta["name"],
         uid=meta.get("uid", "") or "",
-        digest=tenancy.cache_digest(spec.cluster_name, size),
+        digest=quotas.cache_digest(spec.cluster_name, size),
         size=size,
     )
     if not why:

@@ -51,9 +51,10 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import failover, reading, revisions, scheduler
 from functions.model_deployment import replicas as rep
-from plnt import binding, conditions, contracts, ledger_parse, pod_policy, tenancy, xp
-from plnt.capacity import fleet_view
+from plnt import conditions, contracts, pod_policy, xp
+from plnt.capacity import binding, fleet_view, ledger_parse
 from plnt.capacity import offer as fleet_model
+from plnt.capacity.tenant import Tenant
 from plnt.models import model_deployment
 from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision
@@ -70,16 +71,7 @@ MODES = {
 NAMESPACE_REQUIREMENT = "namespace"
 DEFAULT_TTL_S = 60.0  # the SDK's: what the function asks for when nothing is due sooner
 clock = time.time  # the failover grace periods' clock (tests set their own)
-QUOTA_LEDGERS_REQUIREMENT = xp.QUOTA_LEDGERS_REQUIREMENT
-
-
-@dataclasses.dataclass(frozen=True)
-class Tenant:
-    """The deployment's namespace as tenancy reads it: its labels (fences) and the quota
-    ledgers covering it (plnt.tenancy)."""
-
-    labels: dict[str, str]
-    quotas: list[tenancy.QuotaLedger]
+QUOTA_LEDGERS_REQUIREMENT = ledger_parse.QUOTA_LEDGERS_REQUIREMENT
 
 
 def tenancy_inputs(
@@ -87,29 +79,11 @@ def tenancy_inputs(
 ) -> Tenant | None:
     """Its Namespace (by name) and the binder's quota ledgers; None until Crossplane answered."""
     ns = xp.require(req, rsp, NAMESPACE_REQUIREMENT, "v1", "Namespace", match_name=namespace)
-    ledgers = xp.require_quota_ledgers(req, rsp)
+    ledgers = ledger_parse.require_quota_ledgers(req, rsp)
     if ns is None or ledgers is None:
         return None
-    quotas, _ = ledger_parse.quota_ledgers_in(ledgers)
-    return Tenant(
-        tenancy.namespace_labels(ns[0] if ns else None, namespace),
-        [q for q in quotas if namespace in q.namespaces],
-    )
-
-
-def _quota_exceeded(
-    quotas: list[tenancy.QuotaLedger],
-    pending: list[dict[str, int]],
-    asks: Mapping[str, int],
-    namespace: str,
-) -> str:
-    """Why `asks` does not fit a quota after what its ledger reserves and `pending`, or '': the
-    binder's own question (plnt.tenancy.exceeds)."""
-    for q in quotas:
-        why = tenancy.exceeds(q, asks, namespace, pending)
-        if why:
-            return why
-    return ""
+    read, _ = ledger_parse.quota_ledgers_in(ledgers)
+    return Tenant.of(namespace, ns[0] if ns else None, read)
 
 
 def unreserved(
@@ -126,11 +100,13 @@ def unreserved(
         meta = obj["metadata"]
         key = f"{namespace}/{meta.get('name', '')}"
         state = binding.state_of(obj).state
-        if state != binding.REFUSED_STATE and any(key not in q.entries for q in tenant.quotas):
+        if state != binding.REFUSED_STATE and any(
+            key not in q.entries for q in tenant.quota_ledgers
+        ):
             waiting.append((str(meta.get("creationTimestamp") or ""), key, obj, state))
     for _created, _key, obj, state in sorted(waiting, key=lambda w: (w[0], w[1])):
         asks = binding.devices_of(obj)
-        why = _quota_exceeded(tenant.quotas, pending, asks, namespace)
+        why = tenant.exceeds(asks, pending)
         if why and state != binding.BOUND:
             over[obj["metadata"].get("name", "")] = why
             continue
@@ -153,7 +129,7 @@ def within_quotas(
     the shortfall naming the quota. Room: hard less what the quota ledger reserves less what
     this deployment's replicas it does not reserve yet ask (they are proposals it will weigh
     first)."""
-    if not tenant.quotas:
+    if not tenant.quota_ledgers:
         return sched
     pending, over = unreserved(tenant, own, namespace)
     kept = [r for r in sched.kept if r.name not in over]
@@ -166,7 +142,7 @@ def within_quotas(
             spec=raw_spec, placement=placement,
         )  # fmt: skip
         asks = binding.devices_of(obj)
-        why = _quota_exceeded(tenant.quotas, pending, asks, namespace)
+        why = tenant.exceeds(asks, pending)
         if why:
             break
         placed.append(placement)

@@ -17,8 +17,8 @@ from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import binding, capacity, cluster_health, contracts
-from plnt.capacity import fleet_view, offer, pool_nodes
+from plnt import capacity, cluster_health, contracts
+from plnt.capacity import binding, fleet_view, offer, pool_nodes
 
 Shape = Any  # dict[str, Shape] | list[Shape] | bool
 
@@ -31,7 +31,7 @@ CLUSTER: Shape = {
         "annotations": {cluster_health.ANNOTATION: True, pool_nodes.ANNOTATION: True},
     },
     "status": {"conditions": True, "pools": True, "gateway": True},
-    # the fence (plnt.tenancy); which pools autoscale (a node that is gone may come back)
+    # the fence (plnt.capacity.admission); which pools autoscale (a node that is gone may come back)
     "spec": {"namespaceSelector": True, "nodePools": [{"name": True, "maxNodeCount": True}]},
 }
 CLUSTER_SPEC: Shape = {"spec": {"nodePools": True}}  # only read while status has no pools

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from functions.model_deployment.scheduler import Placement
-from plnt import binding, capacity, contracts, labels, names
+from plnt import capacity, contracts, labels, names
+from plnt.capacity import binding
 
 MODEL_REPLICA = "ModelReplica"
 MODEL_ENDPOINT = "ModelEndpoint"

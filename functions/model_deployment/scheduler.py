@@ -53,8 +53,9 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from plnt import binding, capacity, conditions, labels, tenancy
-from plnt import demand as demand_
+from plnt import capacity, conditions, labels
+from plnt.capacity import admission, binding
+from plnt.capacity import demand as demand_
 from plnt.capacity.offer import Cluster, Pool, class_shape
 from plnt.models import model_deployment as models
 from plnt.models.model_replica import Container
@@ -121,7 +122,7 @@ class PlacedReplica:
     deployment: str
     revision: str
     cluster: str
-    demand: Mapping[str, tuple[capacity.Pods, ...]]  # per pool (plnt.binding.demand_of)
+    demand: Mapping[str, tuple[capacity.Pods, ...]]  # per pool (plnt.capacity.binding.demand_of)
     engine_pools: tuple[tuple[str, str], ...]  # (engine, pool)
     slots: Mapping[str, tuple[capacity.Slot, ...]] | None = None  # committed by the binder
     state: str = binding.PENDING
@@ -198,7 +199,7 @@ def _member(member: models.DeploymentMember) -> Member:
 
 
 def _pod_resources(containers: Iterable[Container]) -> tuple[int, int]:
-    """CPU (millicores) and memory (bytes) one pod of the member asks for (plnt.demand)."""
+    """CPU (millicores) and memory (bytes) one pod of the member asks for (plnt.capacity.demand)."""
     return demand_.pod_resources(c.resources.dump() if c.resources else None for c in containers)
 
 
@@ -217,8 +218,8 @@ def url_host(address: str) -> str | None:
 
 
 def placed_replica(obj: Mapping[str, Any], *, whole_spec: bool = True) -> PlacedReplica:
-    """A ModelReplica as placed: its demand (plnt.binding.demand_of) and the binder's answer
-    (`whole_spec` False: read without its pod templates, plnt.binding.state_of)."""
+    """A ModelReplica as placed: its demand (plnt.capacity.binding.demand_of) and the binder's
+    answer (`whole_spec` False: read without its pod templates, plnt.capacity.binding.state_of)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     obj_labels = meta.get("labels") or {}
@@ -762,7 +763,7 @@ class Owner:
     failed: frozenset[str] = frozenset()
 
     def admits(self, cluster: Cluster) -> bool:
-        return self.labels is None or tenancy.admits(cluster.fence, self.labels)
+        return self.labels is None or admission.admits(cluster.fence, self.labels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -890,7 +891,7 @@ def shortfall(
     rejected = [
         f"cluster {c.name}: {sched.why_not(c)}"
         if owner.admits(c)
-        else tenancy.fence_message(c.name, owner.namespace)
+        else admission.fence_message(c.name, owner.namespace)
         for c in matching
     ]
     erring = _erring_selectors(ask.engines, sched.matcher)
@@ -926,7 +927,7 @@ def _let_go(r: PlacedReplica, clusters: Mapping[str, Cluster], owner: Owner) -> 
     if r.state == binding.REFUSED_STATE:
         return f"the binder refused it: {r.message}"
     if r.state != binding.BOUND and not owner.admits(cluster):
-        return tenancy.fence_message(r.cluster, r.namespace)
+        return admission.fence_message(r.cluster, r.namespace)
     return ""
 
 

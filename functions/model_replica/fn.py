@@ -15,7 +15,7 @@ Capacity and tenancy: only a replica the binder has committed composes anything.
 requires its cluster's ledger (the ConfigMap `plnt-ledger-<cluster>` in plnt-system, which only
 the binder writes) and the quota ledgers, and renders only when the ledger holds an entry for
 exactly this namespace, name, uid and digest and every quota covering the namespace reserves it
-(`plnt.binding.verify`); the replica's own annotations never bind it. Until then, or when
+(`plnt.capacity.binding.verify`); the replica's own annotations never bind it. Until then, or when
 refused, nothing is composed and the `Bound` condition says why (docs/scheduler.md, "Binding");
 a binding annotation the ledger does not back is named forged, replayed or stale, with a Warning
 (docs/tenancy.md). That is what makes the binder's ledger, not each reconcile's snapshot or
@@ -61,22 +61,13 @@ from functions.model_replica.replica import (
     kubernetes_object,
     observed_manifest,
 )
-from plnt import (
-    binding,
-    conditions,
-    contracts,
-    labels,
-    ledger_parse,
-    pod_policy,
-    weights,
-    workload_cluster,
-    xp,
-)
+from plnt import conditions, contracts, labels, pod_policy, weights, workload_cluster, xp
+from plnt.capacity import binding, ledger, ledger_parse
 from plnt.models.model_replica import ModelReplicaSpec, ReplicaEngine, check_engines
 
 CACHE_REQUIREMENT = "model-cache"
 LEDGER_REQUIREMENT = "ledger"
-QUOTA_LEDGERS_REQUIREMENT = xp.QUOTA_LEDGERS_REQUIREMENT
+QUOTA_LEDGERS_REQUIREMENT = ledger_parse.QUOTA_LEDGERS_REQUIREMENT
 NOTHING_COMPOSED = "nothing is composed"
 
 
@@ -156,10 +147,10 @@ def read_inputs(
         LEDGER_REQUIREMENT,
         "v1",
         "ConfigMap",
-        match_name=binding.ledger_name(spec.cluster_name),
-        namespace=binding.LEDGER_NAMESPACE,
+        match_name=ledger.ledger_name(spec.cluster_name),
+        namespace=ledger.LEDGER_NAMESPACE,
     )
-    quota_ledgers = xp.require_quota_ledgers(req, rsp)
+    quota_ledgers = ledger_parse.require_quota_ledgers(req, rsp)
     if clusters is None or caches is None or ledgers is None or quota_ledgers is None:
         return None
     return Inputs(
@@ -175,7 +166,7 @@ def read_inputs(
 
 
 def renders(rsp: fnv1.RunFunctionResponse, inputs: Inputs) -> bool:
-    """Whether the binder's ledger binds this replica (`plnt.binding.verify`), said as the
+    """Whether the binder's ledger binds this replica (`plnt.capacity.binding.verify`), said as the
     Bound condition. Unbound, nothing is composed; bound unknown (a ledger that does not
     read), what it composed before is kept exactly as observed."""
     spec = inputs.spec
@@ -400,7 +391,7 @@ def workloads_condition(progress: list[EngineProgress]) -> xp.Condition:
 
 def cluster_ledger(
     configmaps: list[dict[str, Any]], cluster: str, *, rendered: bool
-) -> binding.Ledger | ledger_parse.UnreadableLedgerError | None:
+) -> ledger.Ledger | ledger_parse.UnreadableLedgerError | None:
     """Its cluster's ledger, or why it cannot be read. None when there is none and the replica
     never rendered: a cluster the binder has committed nothing to has no ledger yet. Once the
     replica rendered, a commit existed, and a missing ledger is lost state, not an empty one."""

@@ -21,6 +21,15 @@ scheduler and the binder so both answer from the same code:
 - here: the node-pool model (pods, slots, packing);
 - `offer`: what an InferenceCluster's pools offer, read one way for every reader;
 - `pool_nodes`: the pools' Ready nodes, which cap what a pool offers;
+- `demand`: what a replica asks of each pool, from its spec;
+- `admission`: which namespaces a cluster's fence admits;
+- `quotas`: what the namespaces an InferenceQuota covers may hold together, and its ledger;
+- `tenant`: one namespace as admission and quotas read it (the scheduler's and binder's check);
+- `ledger`: what the binder has committed on a cluster, and where it keeps it;
+- `ledger_parse`: reading a cluster's or a quota's ledger, and what is wrong with one that does
+  not read;
+- `commit`: the binder's decision (what to commit, refuse or report over-committed);
+- `binding`: what a replica asks and whether a ledger commits it (what renders it);
 - `fleet_view`: the committed fleet as the binder publishes it and the scheduler reads it.
 """
 

@@ -28,7 +28,7 @@ class Cluster:
     ready: bool
     pools: tuple[Pool, ...]
     gateway: str = ""  # status.gateway.address as the cluster reports it (checked where used)
-    # spec.namespaceSelector: the namespaces it admits (plnt.tenancy.admits; None: every one)
+    # spec.namespaceSelector: the namespaces it admits (plnt.capacity.admission; None: every one)
     fence: Mapping[str, Any] | None = None
     # Why the binder commits nothing on it (its ledger cannot be read): it offers no capacity.
     closed: str = ""

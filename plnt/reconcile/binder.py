@@ -15,7 +15,7 @@ the InferenceCluster says so (docs/reconciler.md). Last, the fleet view
 (`plnt.capacity.fleet_view`) of the ledgers as committed, a closed cluster offering nothing:
 what the ModelDeployment function schedules on instead of the whole fleet.
 
-Tenancy (plnt.tenancy, docs/tenancy.md): before the clusters, every InferenceQuota's quota
+Tenancy (plnt.capacity.tenant, docs/tenancy.md): before the clusters, every InferenceQuota's quota
 ledger (`plnt-quota-<name>`, same namespace, with its record) is decided and written the same
 way, so no two binders reserve past `hard` (the quota ledgers of deleted InferenceQuotas are
 deleted first, so nothing waits on them); a cluster then never commits a replica its fence
@@ -41,20 +41,28 @@ import pydantic
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding, cluster_health, contracts, ledger_parse, names, tenancy, workload_cluster
-from plnt.capacity import fleet_view, offer, pool_nodes
-from plnt.ledger_parse import UnreadableLedgerError
-from plnt.reconcile import ledger as ledgers
+from plnt import cluster_health, contracts, names, workload_cluster
+from plnt.capacity import (
+    binding,
+    commit,
+    fleet_view,
+    ledger,
+    ledger_parse,
+    offer,
+    pool_nodes,
+    quotas,
+)
+from plnt.capacity.commit import LedgerT
+from plnt.capacity.ledger_parse import UnreadableLedgerError
 from plnt.reconcile import probe, reflector
 from plnt.reconcile.kube import api_map
-from plnt.reconcile.ledger import LedgerT
 from plnt.reconcile.reads import CONFIGMAPS, NAMESPACES, Listed, Reads
 
 log = logging.getLogger(__name__)
 
 GROUP, VERSION = contracts.MODELPLANE_GROUP, contracts.MODELPLANE_VERSION
 FIELD_MANAGER = "plnt-binder"
-LEDGER_LABEL = binding.LEDGER_LABEL
+LEDGER_LABEL = ledger.LEDGER_LABEL
 COMPONENT = "plnt-binder"
 EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects live there, as for Nodes
 MAX_ATTEMPTS = 8  # per cluster and pass; a conflict means someone else made progress
@@ -78,14 +86,14 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-ledger_name = binding.ledger_name
-# The binder's own copies of its ledgers (plnt.reconcile.ledger, "a ledger kept twice"): labels
+ledger_name = ledger.ledger_name
+# The binder's own copies of its ledgers (plnt.capacity.commit, "a ledger kept twice"): labels
 # of their own, so nothing that selects the published ledgers by label ever reads a record.
 RECORD_LABEL = "plnt.work/ledger-record"
 QUOTA_RECORD_LABEL = "plnt.work/quota-ledger-record"
 
 
-LEDGER_LABELS = (LEDGER_LABEL, RECORD_LABEL, tenancy.QUOTA_LEDGER_LABEL, QUOTA_RECORD_LABEL)
+LEDGER_LABELS = (LEDGER_LABEL, RECORD_LABEL, quotas.QUOTA_LEDGER_LABEL, QUOTA_RECORD_LABEL)
 
 
 def _newest_ledger(config_maps: Mapping[str, Mapping[str, Any]]) -> int | None:
@@ -112,8 +120,8 @@ def quota_record_name(quota: str) -> str:
 def _read(
     parse: Callable[[str | None, str, str], LedgerT],
 ) -> Callable[[Mapping[str, Any], str, str], LedgerT | UnreadableLedgerError]:
-    """A copy's reading by plnt.ledger_parse (the functions' own), as a value: the ledger, or
-    the error naming the ConfigMap and its fault."""
+    """A copy's reading by plnt.capacity.ledger_parse (the functions' own), as a value: the ledger,
+    or the error naming the ConfigMap and its fault."""
 
     def read(cm: Mapping[str, Any], key: str, data_key: str) -> LedgerT | UnreadableLedgerError:
         meta = cm.get("metadata") or {}
@@ -141,13 +149,13 @@ class _Kind(Generic[LedgerT]):
     read: Callable[[Mapping[str, Any], str, str], LedgerT | UnreadableLedgerError]
 
 
-CLUSTER_LEDGERS: _Kind[ledgers.Ledger] = _Kind(
-    LEDGER_LABEL, RECORD_LABEL, ledgers.DATA_KEY, ledger_name, record_name,
-    lambda k: ledgers.Ledger(cluster=k), _read(ledger_parse.parse_cluster_ledger),
+CLUSTER_LEDGERS: _Kind[ledger.Ledger] = _Kind(
+    LEDGER_LABEL, RECORD_LABEL, ledger.LEDGER_DATA_KEY, ledger_name, record_name,
+    lambda k: ledger.Ledger(cluster=k), _read(ledger_parse.parse_cluster_ledger),
 )  # fmt: skip
-QUOTA_LEDGERS: _Kind[tenancy.QuotaLedger] = _Kind(
-    tenancy.QUOTA_LEDGER_LABEL, QUOTA_RECORD_LABEL, tenancy.QUOTA_DATA_KEY,
-    tenancy.quota_ledger_name, quota_record_name, lambda k: tenancy.QuotaLedger(quota=k),
+QUOTA_LEDGERS: _Kind[quotas.QuotaLedger] = _Kind(
+    quotas.QUOTA_LEDGER_LABEL, QUOTA_RECORD_LABEL, quotas.QUOTA_DATA_KEY,
+    quotas.quota_ledger_name, quota_record_name, lambda k: quotas.QuotaLedger(quota=k),
     _read(ledger_parse.parse_quota_ledger),
 )  # fmt: skip
 
@@ -160,7 +168,7 @@ class ClusterOutcome:
     over: dict[str, str] = dataclasses.field(default_factory=dict)
     conflicts: int = 0
     error: str = ""
-    closed: ledgers.Closed | None = None  # its ledger cannot be read: every proposal refused
+    closed: commit.Closed | None = None  # its ledger cannot be read: every proposal refused
     rebuilt: str = ""  # a lost copy of its ledger rebuilt from the other
 
     def line(self) -> str:
@@ -221,15 +229,15 @@ class Binder:
         clusters: set[str],
         counted: Callable[[str], int] = lambda _: 0,
         config_maps: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> dict[str, ledgers.Held[ledgers.Ledger]]:
-        """Every cluster's ledger from its two copies (plnt.reconcile.ledger, "a ledger kept
+    ) -> dict[str, commit.Held[ledger.Ledger]]:
+        """Every cluster's ledger from its two copies (plnt.capacity.commit, "a ledger kept
         twice") in `config_maps` (the ledger namespace's, read once for the pass: a pass costs
         the same on 1 or 1,000 clusters). `counted`: the last sequence the binder counted for a
         cluster (asked only when both copies are gone)."""
         cms = self.reads.config_maps() if config_maps is None else config_maps
         return self._hold_all(CLUSTER_LEDGERS, clusters, counted, cms)
 
-    def read_ledger(self, cluster: str) -> ledgers.Held[ledgers.Ledger]:
+    def read_ledger(self, cluster: str) -> commit.Held[ledger.Ledger]:
         """One cluster's ledger, read fresh (after a conflict, or before writing only
         annotations)."""
         return self._hold_one(
@@ -238,16 +246,16 @@ class Binder:
 
     def read_quota_ledgers(
         self,
-        quotas: set[str],
+        wanted: set[str],
         counted: Callable[[str], int] = lambda _: 0,
         config_maps: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> dict[str, ledgers.Held[tenancy.QuotaLedger]]:
+    ) -> dict[str, commit.Held[quotas.QuotaLedger]]:
         cms = self.reads.config_maps() if config_maps is None else config_maps
-        return self._hold_all(QUOTA_LEDGERS, quotas, counted, cms)
+        return self._hold_all(QUOTA_LEDGERS, wanted, counted, cms)
 
     def read_quota_ledger(
         self, quota: str, counted: Callable[[str], int] = lambda _: 0
-    ) -> ledgers.Held[tenancy.QuotaLedger]:
+    ) -> commit.Held[quotas.QuotaLedger]:
         return self._hold_one(QUOTA_LEDGERS, quota, counted)
 
     def _hold_all(
@@ -256,7 +264,7 @@ class Binder:
         keys: set[str],
         counted: Callable[[str], int],
         cms: Mapping[str, Mapping[str, Any]],
-    ) -> dict[str, ledgers.Held[LedgerT]]:
+    ) -> dict[str, commit.Held[LedgerT]]:
         def labelled(name: str, label: str) -> Mapping[str, Any] | None:
             cm = cms.get(name)
             return cm if cm is not None and _labels(cm).get(label) == "true" else None
@@ -269,8 +277,8 @@ class Binder:
 
     def _hold_one(
         self, kind: _Kind[LedgerT], key: str, counted: Callable[[str], int]
-    ) -> ledgers.Held[LedgerT]:
-        published = self._read_config_map(kind.name_of(key))  # first: see `ledgers.hold`
+    ) -> commit.Held[LedgerT]:
+        published = self._read_config_map(kind.name_of(key))  # first: see `commit.hold`
         record = self._read_config_map(kind.record_of(key))
         return self._hold(kind, key, published, record, counted)
 
@@ -281,8 +289,8 @@ class Binder:
         published: Mapping[str, Any] | None,
         record: Mapping[str, Any] | None,
         counted: Callable[[str], int],
-    ) -> ledgers.Held[LedgerT]:
-        def copy(cm: Mapping[str, Any] | None) -> ledgers.Copy[LedgerT] | None:
+    ) -> commit.Held[LedgerT]:
+        def copy(cm: Mapping[str, Any] | None) -> commit.Copy[LedgerT] | None:
             if cm is None:
                 return None
             meta = _meta(cm)
@@ -292,9 +300,9 @@ class Binder:
                 "data": dict(cm.get("data") or {}),
             }  # fmt: skip
             version = str(meta.get("resourceVersion") or "")
-            return ledgers.Copy(version, kind.read(as_dict, key, kind.data_key))
+            return commit.Copy(version, kind.read(as_dict, key, kind.data_key))
 
-        return ledgers.hold(
+        return commit.hold(
             kind.fresh(key),
             copy(published),
             copy(record),
@@ -335,17 +343,17 @@ class Binder:
         self, config_maps: Mapping[str, Mapping[str, Any]], plural: str
     ) -> list[dict[str, Any]]:
         """Every object of a kind, at least as new as each ledger copy in `config_maps`: what
-        lets `ledgers.decide` release the entry of a replica the list lacks (it is gone, not yet
+        lets `commit.decide` release the entry of a replica the list lacks (it is gone, not yet
         seen), as a pass always listed them after reading its ledgers."""
         return self.reads.objects_since(plural, _newest_ledger(config_maps))
 
     # --- writes ---------------------------------------------------------------------------
 
-    def commit(
+    def write_ledger(
         self,
         kind: _Kind[LedgerT],
         key: str,
-        held: ledgers.Held[LedgerT],
+        held: commit.Held[LedgerT],
         state: pydantic.BaseModel,
         changed: bool,
     ) -> bool:
@@ -367,20 +375,20 @@ class Binder:
                 return False
         return True
 
-    def write_quota_status(self, quota: Mapping[str, Any], state: tenancy.QuotaLedger) -> None:
+    def write_quota_status(self, quota: Mapping[str, Any], state: quotas.QuotaLedger) -> None:
         """status.used (devices per class, and cache storage in bytes when capped),
         status.namespaces, status.replicas, status.caches: what `kubectl get inferencequota`
         shows beside spec.hard."""
         used = state.used()
-        classes = sorted((set(used) | set(state.hard)) - {tenancy.CACHE_STORAGE})
-        caches = sum(1 for k in state.entries if tenancy.CACHE_KEY_PREFIX in k)
+        classes = sorted((set(used) | set(state.hard)) - {quotas.CACHE_STORAGE})
+        caches = sum(1 for k in state.entries if quotas.CACHE_KEY_PREFIX in k)
         status: dict[str, Any] = {
             "used": {"devices": {c: used.get(c, 0) for c in classes}},
             "namespaces": list(state.namespaces),
             "replicas": len(state.entries) - caches,
         }
-        if tenancy.CACHE_STORAGE in state.hard or caches:
-            status["used"]["cacheStorage"] = used.get(tenancy.CACHE_STORAGE, 0)
+        if quotas.CACHE_STORAGE in state.hard or caches:
+            status["used"]["cacheStorage"] = used.get(quotas.CACHE_STORAGE, 0)
             status["caches"] = caches
         seen = quota.get("status") or {}
         if all(seen.get(k) == v for k, v in status.items()):
@@ -466,11 +474,11 @@ class Binder:
             read[name] = self._forgotten(name, read[name])
         quota_read = self.read_quota_ledgers(set(quotas), lambda q: _quota_counted(quotas[q]), cms)
         self._remove_orphan_quota_ledgers(set(quotas), cms)
-        replicas = [ledgers.Replica.of(o) for o in self._after(cms, "modelreplicas")]
+        replicas = [commit.Replica.of(o) for o in self._after(cms, "modelreplicas")]
         caches = self._caches(quotas.values(), cms)
         closed = {n: h.closed for n, h in read.items() if h.closed is not None}
         closed_quotas = {n: h.closed for n, h in quota_read.items() if h.closed is not None}
-        decided: list[ledgers.QuotaDecision] = []
+        decided: list[commit.QuotaDecision] = []
         for name in sorted(set(quotas) - set(closed_quotas)):
             decided.append(
                 self._reserve(
@@ -483,16 +491,16 @@ class Binder:
                     closed=set(closed),
                 )
             )
-        fenced = ledgers.tenancy_refusals(replicas, clusters, namespaces)
+        fenced = commit.tenancy_refusals(replicas, clusters, namespaces)
         # before any commit: a replica is bound only into a namespace its cluster prepares
         self.publish_tenants(clusters, replicas, fenced)
         refuse = {
-            **ledgers.quota_refusals(replicas, decided),
-            **ledgers.closed_quota_refusals(quotas, closed_quotas, replicas, namespaces),
+            **commit.quota_refusals(replicas, decided),
+            **commit.closed_quota_refusals(quotas, closed_quotas, replicas, namespaces),
             **fenced,
         }
         outcomes = []
-        committed: dict[str, ledgers.Ledger] = {}
+        committed: dict[str, ledger.Ledger] = {}
         for name in sorted(clusters):
             outcome = ClusterOutcome(name)
             try:
@@ -507,7 +515,7 @@ class Binder:
                     committed[name] = state  # what it held when read: still committed
                 else:
                     closed.setdefault(
-                        name, ledgers.Closed("", outcome.error, counted().get(name, 0))
+                        name, commit.Closed("", outcome.error, counted().get(name, 0))
                     )
             if outcome.closed is not None:
                 closed[name] = outcome.closed
@@ -614,7 +622,7 @@ class Binder:
     def publish_tenants(
         self,
         clusters: Mapping[str, Mapping[str, Any]],
-        replicas: Iterable[ledgers.Replica],
+        replicas: Iterable[commit.Replica],
         fenced: Mapping[str, str],
     ) -> None:
         """Writes on each cluster the namespaces whose replicas share objects there (the
@@ -640,7 +648,7 @@ class Binder:
                 log.warning("cluster %s: tenant namespaces not written: HTTP %s", name, err.status)
 
     def nudge(
-        self, clusters: Mapping[str, Mapping[str, Any]], replicas: Iterable[ledgers.Replica]
+        self, clusters: Mapping[str, Mapping[str, Any]], replicas: Iterable[commit.Replica]
     ) -> None:
         """Marks each replica of a cluster whose health changed (after the fleet view carries
         it), so its ModelDeployment reconciles now rather than at its next poll: the mark is a
@@ -658,19 +666,19 @@ class Binder:
             self.annotate(r.key, r.uid, {cluster_health.REPLICA_NUDGE: token})
 
     def _forgotten(
-        self, cluster: str, held: ledgers.Held[ledgers.Ledger]
-    ) -> ledgers.Held[ledgers.Ledger]:
+        self, cluster: str, held: commit.Held[ledger.Ledger]
+    ) -> commit.Held[ledger.Ledger]:
         """A lost ledger started again, on the operator's word (`--forget-lost-ledger`): empty,
         at the last sequence counted, both copies written in this pass, so the published copy
         goes from missing to holding every replica that fits, never to empty. Any other ledger
         is left as it is."""
         closed = held.closed
-        if closed is None or closed.reason != ledgers.LEDGER_LOST:
+        if closed is None or closed.reason != commit.LEDGER_LOST:
             log.warning("cluster %s: its ledger is not lost; nothing forgotten", cluster)
             return held
         log.warning("cluster %s: its lost ledger is forgotten; its replicas bind again", cluster)
-        return ledgers.Held(
-            ledgers.Ledger(cluster=cluster, sequence=closed.sequence),
+        return commit.Held(
+            ledger.Ledger(cluster=cluster, sequence=closed.sequence),
             None,
             None,
             write_record=True,
@@ -680,25 +688,25 @@ class Binder:
         )
 
     def _caches(
-        self, quotas: Iterable[Mapping[str, Any]], config_maps: Mapping[str, Mapping[str, Any]]
-    ) -> list[ledgers.Replica]:
+        self, specs: Iterable[Mapping[str, Any]], config_maps: Mapping[str, Mapping[str, Any]]
+    ) -> list[commit.Replica]:
         """The ModelCaches as quotas weigh them, when some quota caps cache storage (else none
         is read: nothing counts them)."""
-        if not any(tenancy.CACHE_STORAGE in ledgers.quota_terms(q)[1] for q in quotas):
+        if not any(quotas.CACHE_STORAGE in commit.quota_terms(q)[1] for q in specs):
             return []
-        return [ledgers.Replica.of_cache(o) for o in self._after(config_maps, "modelcaches")]
+        return [commit.Replica.of_cache(o) for o in self._after(config_maps, "modelcaches")]
 
     def _reserve(
         self,
         quota: Mapping[str, Any],
-        held: ledgers.Held[tenancy.QuotaLedger],
-        replicas: list[ledgers.Replica],
-        caches: list[ledgers.Replica],
+        held: commit.Held[quotas.QuotaLedger],
+        replicas: list[commit.Replica],
+        caches: list[commit.Replica],
         namespaces: Mapping[str, Mapping[str, str]],
         *,
         clusters: Mapping[str, Mapping[str, Any]],
         closed: set[str],
-    ) -> ledgers.QuotaDecision:
+    ) -> commit.QuotaDecision:
         """One quota's reservations, written by compare-and-swap (a conflict re-reads the quota
         ledger and the replicas); returns the decision as written, or one reserving nothing new
         when the ledger kept changing or turned unreadable. Replicas on a `closed` cluster
@@ -711,29 +719,29 @@ class Binder:
             # A cache claims storage on its cluster whatever that cluster's ledger holds, so a
             # closed ledger does not keep it from a reservation; a fence does.
             weighed = [*replicas, *caches]
-            fenced = ledgers.tenancy_refusals(weighed, clusters, namespaces)
+            fenced = commit.tenancy_refusals(weighed, clusters, namespaces)
             eligible = {
                 r.key for r in replicas if r.cluster in clusters and r.cluster not in closed
             } | {c.key for c in caches if c.cluster in clusters}
-            decision = ledgers.decide_quota(
+            decision = commit.decide_quota(
                 state, quota, weighed, namespaces, eligible=eligible - set(fenced)
             )
-            if self.commit(QUOTA_LEDGERS, name, held, decision.ledger, decision.changed):
+            if self.write_ledger(QUOTA_LEDGERS, name, held, decision.ledger, decision.changed):
                 return decision
             # first the ledger, then the list
             held = self.read_quota_ledger(name, lambda _: _quota_counted(quota))
-            replicas[:] = [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+            replicas[:] = [commit.Replica.of(o) for o in self._list("modelreplicas")]
             if caches:  # read this pass: some quota caps cache storage
-                caches[:] = [ledgers.Replica.of_cache(o) for o in self._list("modelcaches")]
+                caches[:] = [commit.Replica.of_cache(o) for o in self._list("modelcaches")]
         log.warning("InferenceQuota %s: its ledger kept changing or does not read; nothing new "
                     "reserved", name)  # fmt: skip
         # Every replica of the namespaces it covers and has not reserved waits: no commit may
         # count on a reservation this pass could not make.
-        state = held.state or tenancy.QuotaLedger(quota=name)
+        state = held.state or quotas.QuotaLedger(quota=name)
         cover = sorted(
-            set(state.namespaces) | set(ledgers.covered(quota, [*replicas, *caches], namespaces))
+            set(state.namespaces) | set(commit.covered(quota, [*replicas, *caches], namespaces))
         )
-        return ledgers.QuotaDecision(
+        return commit.QuotaDecision(
             state.model_copy(update={"namespaces": cover}), False, {}, written=False
         )
 
@@ -743,8 +751,8 @@ class Binder:
         self,
         clusters: Mapping[str, Mapping[str, Any]],
         classes: Mapping[str, Mapping[str, Any]],
-        committed: Mapping[str, ledgers.Ledger],
-        closed: Mapping[str, ledgers.Closed] | None = None,
+        committed: Mapping[str, ledger.Ledger],
+        closed: Mapping[str, commit.Closed] | None = None,
         config_maps: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[fleet_view.Part]:
         """Writes the fleet view of these ledgers (a `closed` cluster offers nothing, with
@@ -752,7 +760,7 @@ class Binder:
         parts that only lose some, then the index, last deletes parts no longer in it. So a
         cluster moving between parts (its labels changed) is in one of them at every moment;
         a reader between the writes may see it in both, at the same ledger sequence."""
-        parts = fleet_view.parts(ledgers.views(clusters, classes, committed, closed))
+        parts = fleet_view.parts(commit.views(clusters, classes, committed, closed))
         cms = self.reads.config_maps() if config_maps is None else config_maps
         held = {n: cm for n, cm in cms.items() if _labels(cm).get(fleet_view.VIEW_LABEL) == "true"}
 
@@ -837,12 +845,12 @@ class Binder:
         self,
         cluster: Mapping[str, Any],
         classes: Mapping[str, Mapping[str, Any]],
-        held: ledgers.Held[ledgers.Ledger],
-        replicas: list[ledgers.Replica],
+        held: commit.Held[ledger.Ledger],
+        replicas: list[commit.Replica],
         outcome: ClusterOutcome,
         *,
         refuse: Mapping[str, str] | None = None,
-    ) -> ledgers.Ledger:
+    ) -> ledger.Ledger:
         """Binds the cluster's proposals; returns the ledger as committed (or as last read, when
         it is unreadable: then `outcome.closed` says why and the proposals are refused).
 
@@ -851,39 +859,41 @@ class Binder:
         unwritten, a refusal) are decided again from the ledger read fresh, since the pass's
         copy may lag another binder's commit."""
         name = cluster["metadata"]["name"]
-        last = ledgers.Ledger(cluster=name)
+        last = ledger.Ledger(cluster=name)
         fresh = False  # `held` and `replicas` were read just now, not at the start of the pass
 
-        def reread() -> tuple[ledgers.Held[ledgers.Ledger], list[ledgers.Replica]]:
+        def reread() -> tuple[commit.Held[ledger.Ledger], list[commit.Replica]]:
             held = self.read_ledger(name)  # first the ledger, then the list
-            return held, [ledgers.Replica.of(o) for o in self._list("modelreplicas")]
+            return held, [commit.Replica.of(o) for o in self._list("modelreplicas")]
 
         for _ in range(MAX_ATTEMPTS):
             state = held.state
             if state is None:
                 closed = held.closed
                 assert closed is not None
-                if not fresh and ledgers.refuse_closed(name, closed, replicas)[1]:
+                if not fresh and commit.refuse_closed(name, closed, replicas)[1]:
                     (held, replicas), fresh = reread(), True
                     continue
                 self._refuse_closed(name, closed, replicas, outcome)
                 return last
             last = state
-            pools = ledgers.pools_of(cluster, classes)
+            pools = commit.pools_of(cluster, classes)
             mine = [r for r in replicas if r.cluster == name]
             # A forgotten ledger binds first the replicas that were bound there (by their
             # annotations: they are most likely serving); all are proposals, checked as any.
             first = frozenset(
                 r.key for r in mine if held.forgotten and r.state.state == binding.BOUND
             )
-            decision = ledgers.decide(
+            decision = commit.decide(
                 state, mine, pools, alive={r.uid for r in replicas}, refuse=refuse, first=first
             )
             writing = decision.changed or held.write_record or held.publish
             if decision.annotate and not writing and not fresh:
                 (held, replicas), fresh = reread(), True
                 continue
-            if not self.commit(CLUSTER_LEDGERS, name, held, decision.ledger, decision.changed):
+            if not self.write_ledger(
+                CLUSTER_LEDGERS, name, held, decision.ledger, decision.changed
+            ):
                 outcome.conflicts += 1
                 (held, replicas), fresh = reread(), True
                 continue
@@ -913,13 +923,13 @@ class Binder:
     def _refuse_closed(
         self,
         cluster: str,
-        closed: ledgers.Closed,
-        replicas: list[ledgers.Replica],
+        closed: commit.Closed,
+        replicas: list[commit.Replica],
         outcome: ClusterOutcome,
     ) -> None:
-        """Commits nothing on a cluster whose ledger cannot be read (`ledgers.refuse_closed`)."""
+        """Commits nothing on a cluster whose ledger cannot be read (`commit.refuse_closed`)."""
         outcome.closed = closed
-        outcome.refused, annotate = ledgers.refuse_closed(cluster, closed, replicas)
+        outcome.refused, annotate = commit.refuse_closed(cluster, closed, replicas)
         uids = {r.key: r.uid for r in replicas}
         for key, writes in sorted(annotate.items()):
             self.annotate(key, uids[key], writes)
@@ -934,12 +944,12 @@ class Binder:
         found = {
             name: str(_meta(cm).get("resourceVersion") or "")
             for name, cm in config_maps.items()
-            if any(_labels(cm).get(k) == "true" for k in (tenancy.QUOTA_LEDGER_LABEL,
+            if any(_labels(cm).get(k) == "true" for k in (quotas.QUOTA_LEDGER_LABEL,
                                                           QUOTA_RECORD_LABEL))
         }  # fmt: skip
 
-        def kept(quotas: set[str]) -> set[str]:
-            return {f(q) for q in quotas for f in (tenancy.quota_ledger_name, quota_record_name)}
+        def kept(wanted: set[str]) -> set[str]:
+            return {f(q) for q in wanted for f in (quotas.quota_ledger_name, quota_record_name)}
 
         orphans = set(found) - kept(listed)
         if not orphans:
@@ -965,21 +975,21 @@ class Binder:
     # --- what people see ------------------------------------------------------------------
 
     def _report_cluster(
-        self, obj: Mapping[str, Any], closed: ledgers.Closed | None, rebuilt: str
+        self, obj: Mapping[str, Any], closed: commit.Closed | None, rebuilt: str
     ) -> None:
         self._report("InferenceCluster", obj, closed, rebuilt)
 
     def _report_quota(
-        self, obj: Mapping[str, Any], closed: ledgers.Closed | None, rebuilt: str
+        self, obj: Mapping[str, Any], closed: commit.Closed | None, rebuilt: str
     ) -> None:
         self._report("InferenceQuota", obj, closed, rebuilt)
 
     def _report(
-        self, kind: str, obj: Mapping[str, Any], closed: ledgers.Closed | None, rebuilt: str
+        self, kind: str, obj: Mapping[str, Any], closed: commit.Closed | None, rebuilt: str
     ) -> None:
         """An Event on the InferenceCluster (or InferenceQuota) when its ledger turns unreadable
-        (Warning, the reason plnt.ledger_parse gives, LedgerDiverged or LedgerLost, naming the
-        ConfigMap and the fault), when it
+        (Warning, the reason plnt.capacity.ledger_parse gives, LedgerDiverged or LedgerLost, naming
+        the ConfigMap and the fault), when it
         reads again (Normal LedgerRepaired) and when a lost copy is rebuilt (Normal
         LedgerRebuilt). Once per change: a process remembers what it said."""
         name = obj["metadata"]["name"]
@@ -1020,7 +1030,7 @@ class Binder:
         except ApiException as err:  # an Event is for people: binding goes on without it
             log.warning("Event on %s %s not written: HTTP %s", kind, meta["name"], err.status)
 
-    def _refuse_unknown_clusters(self, replicas: list[ledgers.Replica], known: set[str]) -> None:
+    def _refuse_unknown_clusters(self, replicas: list[commit.Replica], known: set[str]) -> None:
         for r in replicas:
             if r.cluster in known or r.state.state == binding.BOUND:
                 continue

@@ -3,7 +3,7 @@
 The fleet: `clusters` InferenceClusters of 8 pools (the scheduler benchmark's clusters, three GPU
 classes), one region label per 100 clusters; as many ModelDeployments as clusters, each of 10
 one-GPU replicas in its own region, so ten replicas per cluster and 100,000 at 10,000 clusters.
-Every replica is bound (`ledger.bind_all`, the binder's own decision), as on a fleet at rest.
+Every replica is bound (`commit.bind_all`, the binder's own decision), as on a fleet at rest.
 
 Two designs answer the same reconciles:
 - whole fleet (what the view replaces): the function requires every InferenceCluster and every
@@ -43,9 +43,8 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from plnt import binding, xp
-from plnt.capacity import fleet_view
-from plnt.reconcile import ledger
+from plnt import xp
+from plnt.capacity import binding, commit, fleet_view
 from plnt_host import render
 from plnt_host.bench import scheduler as bench_scheduler
 
@@ -183,9 +182,9 @@ class Fleet:
                 r["spec"]["clusterName"] = target
                 r["spec"]["engines"][0]["members"][0]["nodePoolName"] = pool
                 replicas.append(r)
-        self.ledgers, self.replicas = ledger.bind_all(self.clusters, self.classes, replicas)
+        self.ledgers, self.replicas = commit.bind_all(self.clusters, self.classes, replicas)
         start = time.process_time()
-        self.parts = fleet_view.parts(ledger.views(self.clusters, self.classes, self.ledgers))
+        self.parts = fleet_view.parts(commit.views(self.clusters, self.classes, self.ledgers))
         self.view_cpu_s = time.process_time() - start
         self.configmaps = fleet_view.configmaps(self.parts)
         self.by_deployment: dict[str, list[dict[str, Any]]] = {}
@@ -218,7 +217,7 @@ class Fleet:
             )
         answers: dict[str, list[dict[str, Any]]] = {
             "inference-classes": list(self.classes.values()),
-            "namespace": [],  # no fence or quota applies (plnt.tenancy)
+            "namespace": [],  # no fence or quota applies (plnt.capacity.tenant)
             "quota-ledgers": [],
         }
         if view:

@@ -184,7 +184,7 @@ def request(clusters: int, pools: int, replicas: int) -> fnv1.RunFunctionRequest
         "inference-clusters": fleet,
         "inference-classes": [inference_class(n) for n in sorted(GPUS)],
         "model-replicas": [other_replica(i, fleet[i % clusters]) for i in range(replicas)],
-        "namespace": [],  # no fence or quota applies (plnt.tenancy)
+        "namespace": [],  # no fence or quota applies (plnt.capacity.tenant)
         "quota-ledgers": [],
     }
     for name, objs in answers.items():
@@ -271,7 +271,8 @@ def bench(sizes: tuple[tuple[int, int, int], ...] = SIZES, runs: int = 5) -> dic
 def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
     """The placement in devices, the nodes it touches, and the headroom left for 1-GPU
     replicas."""
-    from plnt import binding, capacity, xp
+    from plnt import capacity, xp
+    from plnt.capacity import binding
 
     placed = [
         xp.to_dict(r.resource)

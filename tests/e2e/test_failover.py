@@ -30,7 +30,8 @@ import yaml
 
 from functions.model_deployment import replicas as rep
 from functions.model_service import backends
-from plnt import binding, cluster_health
+from plnt import cluster_health
+from plnt.capacity import binding
 from tests.e2e import engines, fleet, live, workload
 from tests.e2e.stack import REPO, ControlPlane
 

@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from functions.model_deployment import replicas as rep
-from plnt import binding, cluster_health
-from plnt.capacity import fleet_view, pool_nodes
+from plnt import cluster_health
+from plnt.capacity import binding, fleet_view, pool_nodes
 from tests.e2e import fleet, live, workload
 from tests.e2e.stack import REPO, ControlPlane
 

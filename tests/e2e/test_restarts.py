@@ -32,9 +32,9 @@ import httpx
 import pytest
 import yaml
 
-from plnt import binding, labels, ledger_parse
-from plnt.capacity import fleet_view
-from plnt.reconcile import binder, ledger
+from plnt import labels
+from plnt.capacity import binding, fleet_view, ledger, ledger_parse
+from plnt.reconcile import binder
 from tests.e2e import engines, fleet, live
 from tests.e2e.stack import REPO, ControlPlane
 
@@ -47,7 +47,7 @@ IC = ("modelplane.ai/v1alpha1", "InferenceCluster")
 RUN = "llama"
 DEPLOYMENTS = ("qwen-a", "qwen-b")
 LEDGER_NS = "plnt-system"
-PUBLISHED = binding.ledger_name(fleet.CLUSTER)
+PUBLISHED = ledger.ledger_name(fleet.CLUSTER)
 RECORD = binder.record_name(fleet.CLUSTER)
 DEVICES_PER_NODE = 8  # an nvidia-h100-8x node
 # Proving that something is NOT deleted takes a window: once every replica has reported that it
@@ -95,12 +95,12 @@ WORKLOAD_KINDS = {
 }
 
 
-def _ledger_copies(plane: ControlPlane) -> tuple[binding.Ledger, binding.Ledger]:
-    """The published ledger and the binder's record, each read by plnt.ledger_parse."""
+def _ledger_copies(plane: ControlPlane) -> tuple[ledger.Ledger, ledger.Ledger]:
+    """The published ledger and the binder's record, each read by plnt.capacity.ledger_parse."""
     out = []
     for name in (PUBLISHED, RECORD):
         cm = plane.mgmt.get("v1", "ConfigMap", name, LEDGER_NS) or {}
-        text = (cm.get("data") or {}).get(ledger.DATA_KEY)
+        text = (cm.get("data") or {}).get(ledger.LEDGER_DATA_KEY)
         out.append(ledger_parse.parse_cluster_ledger(text, fleet.CLUSTER, f"{LEDGER_NS}/{name}"))
     return out[0], out[1]
 
@@ -316,8 +316,8 @@ def test_d_a_corrupt_ledger_keeps_what_serves_and_binds_once_repaired(
     answered(before)
     events_before = set(_events(plane))
     cm = plane.mgmt.get("v1", "ConfigMap", PUBLISHED, LEDGER_NS)
-    text = cm["data"][ledger.DATA_KEY]
-    cm["data"][ledger.DATA_KEY] = text[: len(text) // 2]  # a truncated write
+    text = cm["data"][ledger.LEDGER_DATA_KEY]
+    cm["data"][ledger.LEDGER_DATA_KEY] = text[: len(text) // 2]  # a truncated write
     plane.mgmt.http.put(
         plane.mgmt.path("v1", "ConfigMap", PUBLISHED, LEDGER_NS), json=cm
     ).raise_for_status()

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from plnt import binding
+from plnt.capacity import binding
 from tests.e2e import fleet, live
 from tests.e2e.stack import REPO
 

@@ -13,7 +13,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn
-from plnt import binding
+from plnt.capacity import binding
 from tests.functions.test_model_replica import QWEN, committed, composed, condition, without_ledgers
 from tests.support import binder_annotation, call_function
 

@@ -1,7 +1,7 @@
 """ModelCaches under tenancy (docs/tenancy.md, "Caches"): a cache honours its cluster's fence and
 the InferenceQuotas capping cache storage, as the binder reserves it. Each case is the example
 cache (examples/model-cache, 40Gi on eks-l4 in ml-team) against the fleet state a platform team
-sets up; the binder's side is its real quota decision (plnt.reconcile.ledger.decide_quota)."""
+sets up; the binder's side is its real quota decision (plnt.capacity.commit.decide_quota)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_cache import fn
-from plnt import binding, tenancy, xp
-from plnt.reconcile import ledger
+from plnt import xp
+from plnt.capacity import admission, commit, ledger, quotas
 from tests.functions.test_model_cache import CACHE, condition, manifests, run
 
 GI = 1024**3
@@ -49,7 +49,7 @@ def quota(cache_storage: str | None, devices: int = 16) -> dict[str, Any]:
         "kind": "InferenceQuota",
         "metadata": {"name": "ml-team"},
         "spec": {
-            "namespaceSelector": {"matchLabels": {tenancy.NAMESPACE_NAME_LABEL: "ml-team"}},
+            "namespaceSelector": {"matchLabels": {admission.NAMESPACE_NAME_LABEL: "ml-team"}},
             "hard": hard,
         },
     }
@@ -57,15 +57,15 @@ def quota(cache_storage: str | None, devices: int = 16) -> dict[str, Any]:
 
 def binder_ledger(q: dict[str, Any], caches: list[dict[str, Any]]) -> dict[str, Any]:
     """The quota ledger the binder writes for `q` given `caches` (its real decision)."""
-    views = [ledger.Replica.of_cache(c) for c in caches]
-    decided = ledger.decide_quota(
-        tenancy.QuotaLedger(quota=q["metadata"]["name"]),
+    views = [commit.Replica.of_cache(c) for c in caches]
+    decided = commit.decide_quota(
+        quotas.QuotaLedger(quota=q["metadata"]["name"]),
         q,
         views,
         {"ml-team": {}},
         eligible={v.key for v in views},
     )
-    return tenancy.quota_ledger_configmap(decided.ledger, binding.LEDGER_NAMESPACE)
+    return quotas.quota_ledger_configmap(decided.ledger, ledger.LEDGER_NAMESPACE)
 
 
 # (case, required beyond the example, the cache, composed?, reason, words in the message)
@@ -139,17 +139,17 @@ def test_a_composed_cache_the_fence_now_excludes_keeps_its_volume_unchanged() ->
 
 def test_the_binder_reserves_caches_oldest_first_within_the_cap() -> None:
     caches = [cache("30Gi", "newer", "u2", "t2"), cache("30Gi", "older", "u1", "t1")]
-    views = [ledger.Replica.of_cache(c) for c in caches]
-    decided = ledger.decide_quota(
-        tenancy.QuotaLedger(quota="ml-team"), quota("50Gi"), views, {"ml-team": {}},
+    views = [commit.Replica.of_cache(c) for c in caches]
+    decided = commit.decide_quota(
+        quotas.QuotaLedger(quota="ml-team"), quota("50Gi"), views, {"ml-team": {}},
         eligible={v.key for v in views},
     )  # fmt: skip
     assert sorted(decided.ledger.entries) == ["ml-team/modelcache:older"]
-    assert decided.ledger.hard[tenancy.CACHE_STORAGE] == 50 * GI
-    assert decided.ledger.used()[tenancy.CACHE_STORAGE] == 30 * GI
+    assert decided.ledger.hard[quotas.CACHE_STORAGE] == 50 * GI
+    assert decided.ledger.used()[quotas.CACHE_STORAGE] == 30 * GI
     assert decided.refused["ml-team/modelcache:newer"] == (
         f"namespace ml-team holds {30 * GI} of {50 * GI} bytes of cache storage "
         "(InferenceQuota ml-team)"
     )
     # a cache never takes a replica's place: its key is none a replica can have
-    assert all(tenancy.CACHE_KEY_PREFIX in k for k in decided.ledger.entries)
+    assert all(quotas.CACHE_KEY_PREFIX in k for k in decided.ledger.entries)

@@ -29,7 +29,8 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import json_format
 
 from functions.canary_gate import canary, fn, inflight
-from plnt import binding, contracts, xp
+from plnt import contracts, xp
+from plnt.capacity import binding
 from plnt.gate.fake_server import Behaviour, FakeServer
 from plnt_host import procs, render, runtime
 from tests.support import binder_annotation, has_fatal, serve_in_thread

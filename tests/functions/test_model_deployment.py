@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from functions.model_deployment import fn
-from plnt import binding
+from plnt.capacity import binding
 from plnt.revision import revision
 from plnt_host import render
 from tests.support import binder_annotation

@@ -15,8 +15,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import fn
 from plnt import xp
-from plnt.capacity import fleet_view
-from plnt.reconcile import ledger
+from plnt.capacity import commit, fleet_view
 from plnt_host import render
 from plnt_host.bench import fleet as bench_fleet
 from tests.functions.test_model_deployment import EXAMPLES, scenario
@@ -49,10 +48,10 @@ def bound(s: render.Scenario) -> tuple[list[dict], list[dict], list[dict]]:
         if o["kind"] == "ModelReplica":
             o["metadata"].setdefault("uid", f"uid-{i}")
             replicas.append(o)
-    committed, annotated = ledger.bind_all(clusters, classes, replicas)
+    committed, annotated = commit.bind_all(clusters, classes, replicas)
     by_key = {(r["metadata"].get("namespace"), r["metadata"]["name"]): r for r in annotated}
     objs = [by_key.get((o["metadata"].get("namespace"), o["metadata"]["name"]), o) for o in objs]
-    view = fleet_view.configmaps(fleet_view.parts(ledger.views(clusters, classes, committed)))
+    view = fleet_view.configmaps(fleet_view.parts(commit.views(clusters, classes, committed)))
     return objs[: len(s.required)], objs[len(s.required) :], view
 
 

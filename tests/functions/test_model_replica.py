@@ -17,7 +17,8 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, serving
-from plnt import binding, capacity, labels, ledger_parse, tenancy, xp
+from plnt import capacity, labels, xp
+from plnt.capacity import binding, commit, ledger, ledger_parse, quotas
 from plnt_host import render
 from tests.support import call_function
 
@@ -35,7 +36,7 @@ def without_ledgers(required: list[dict]) -> list[dict]:
     return [
         o
         for o in required
-        if not {binding.LEDGER_LABEL, tenancy.QUOTA_LEDGER_LABEL}
+        if not {ledger.LEDGER_LABEL, quotas.QUOTA_LEDGER_LABEL}
         & set((o.get("metadata") or {}).get("labels") or {})
     ]
 
@@ -48,12 +49,12 @@ def committed(xr: dict) -> dict:
         account = capacity.Pool(sum(p.count for p in pods), capacity.Shape(()))
         slots[pool] = tuple(account.pack(pods) or ())
     meta = xr["metadata"]
-    entry = binding.Entry(
+    entry = ledger.Entry(
         uid=meta.get("uid", ""), digest=state.digest, slots=capacity.slots_json(slots)
     )
     cluster = xr["spec"]["clusterName"]
     key = f"{meta['namespace']}/{meta['name']}"
-    return binding.ledger_configmap(binding.Ledger(cluster=cluster, entries={key: entry}))
+    return ledger.ledger_configmap(ledger.Ledger(cluster=cluster, entries={key: entry}))
 
 
 def run(xr: dict, required: list[dict] = (), observed: list[dict] = ()) -> fnv1.RunFunctionResponse:
@@ -698,10 +699,8 @@ def _annotated(xr: dict, value: str) -> dict:
 
 def _binder_annotation(xr: dict) -> str:
     """The binding annotation the binder writes on `xr` (its preview of committing it)."""
-    from plnt.reconcile import ledger
-
     return (
-        ledger.preview([copy.deepcopy(xr)], UNBOUND).annotate[
+        commit.preview([copy.deepcopy(xr)], UNBOUND).annotate[
             f"{xr['metadata']['namespace']}/{xr['metadata']['name']}"
         ][binding.BINDING]
         or ""
@@ -773,7 +772,7 @@ _SIGNED = _binder_annotation(QWEN.xr)  # what the binder wrote for ml-team/qwen3
 _OTHER = _renamed(QWEN.xr, "tenant-b", "mine")
 
 UNBACKED = [
-    # A tenant computes the digest with plnt.binding's public code and writes the binding:
+    # A tenant computes the digest with plnt.capacity.binding's public code and writes the binding:
     Unbacked(
         "forged by its author",
         _annotated(

@@ -20,7 +20,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn
-from plnt import binding, tenancy, xp
+from plnt import xp
+from plnt.capacity import binding, ledger, quotas
 from plnt_host import render
 from tests.support import binder_annotation, call_function
 
@@ -73,23 +74,23 @@ def ledger_configmap(required: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _data(value: str) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
     def change(cm: dict[str, Any]) -> dict[str, Any]:
-        cm["data"][binding.LEDGER_DATA_KEY] = value
+        cm["data"][ledger.LEDGER_DATA_KEY] = value
         return cm
 
     return change
 
 
 def _cut_in_half(cm: dict[str, Any]) -> dict[str, Any]:
-    raw = cm["data"][binding.LEDGER_DATA_KEY]
-    cm["data"][binding.LEDGER_DATA_KEY] = raw[: len(raw) // 2]
+    raw = cm["data"][ledger.LEDGER_DATA_KEY]
+    cm["data"][ledger.LEDGER_DATA_KEY] = raw[: len(raw) // 2]
     return cm
 
 
 def _sequence(value: int) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
     def change(cm: dict[str, Any]) -> dict[str, Any]:
-        state = binding.Ledger.model_validate_json(cm["data"][binding.LEDGER_DATA_KEY])
+        state = ledger.Ledger.model_validate_json(cm["data"][ledger.LEDGER_DATA_KEY])
         state.sequence = value
-        cm["data"][binding.LEDGER_DATA_KEY] = state.model_dump_json()
+        cm["data"][ledger.LEDGER_DATA_KEY] = state.model_dump_json()
         return cm
 
     return change
@@ -116,7 +117,7 @@ def _deleted(cm: dict[str, Any]) -> None:
 class Shape:
     name: str
     damage: Callable[[dict[str, Any]], dict[str, Any] | None]
-    reason: str  # plnt.ledger_parse's, the Bound condition's reason
+    reason: str  # plnt.capacity.ledger_parse's, the Bound condition's reason
     says: str  # what the problem says, after the ConfigMap's name
     missing: bool = False  # as Crossplane answers it, nothing: a never-rendered one awaits
 
@@ -304,10 +305,10 @@ def test_only_what_the_function_composes_is_kept() -> None:
 def _without_entry(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = copy.deepcopy(required)
     cm = ledger_configmap(out)
-    state = binding.Ledger.model_validate_json(cm["data"][binding.LEDGER_DATA_KEY])
+    state = ledger.Ledger.model_validate_json(cm["data"][ledger.LEDGER_DATA_KEY])
     state.entries.clear()
     state.sequence += 1
-    cm["data"][binding.LEDGER_DATA_KEY] = state.model_dump_json()
+    cm["data"][ledger.LEDGER_DATA_KEY] = state.model_dump_json()
     return out
 
 
@@ -346,10 +347,10 @@ def quota_ledger(data: str, name: str = "plnt-quota-ml-team") -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": {
             "name": name,
-            "namespace": binding.LEDGER_NAMESPACE,
-            "labels": {tenancy.QUOTA_LEDGER_LABEL: "true"},
+            "namespace": ledger.LEDGER_NAMESPACE,
+            "labels": {quotas.QUOTA_LEDGER_LABEL: "true"},
         },
-        "data": {tenancy.QUOTA_DATA_KEY: data},
+        "data": {quotas.QUOTA_DATA_KEY: data},
     }
 
 
@@ -408,8 +409,8 @@ def test_an_unreadable_quota_ledger_does_not_bind_what_the_cluster_ledger_does_n
 
 
 def test_a_readable_quota_ledger_without_the_reservation_still_unrenders() -> None:
-    state = tenancy.QuotaLedger(quota="ml-team", namespaces=["ml-team"], hard={"gpu.nvidia.com": 8})
-    cm = tenancy.quota_ledger_configmap(state, binding.LEDGER_NAMESPACE)
+    state = quotas.QuotaLedger(quota="ml-team", namespaces=["ml-team"], hard={"gpu.nvidia.com": 8})
+    cm = quotas.quota_ledger_configmap(state, ledger.LEDGER_NAMESPACE)
     rsp = call(READY.xr, [*READY.required, cm], READY.observed)
     assert composed(rsp) == {}
     bound = condition(rsp, "Bound")

@@ -12,9 +12,7 @@ from typing import Any
 import pytest
 
 from functions.model_replica import fn as replica_fn
-from plnt import binding, tenancy
-from plnt.capacity import fleet_view
-from plnt.reconcile import ledger
+from plnt.capacity import admission, binding, commit, fleet_view, ledger, quotas
 from plnt_host import render
 from tests.functions.test_model_deployment import SCHEDULE_ONLY, as_observed
 from tests.functions.test_model_replica import QWEN, committed, manifests, without_ledgers
@@ -65,7 +63,7 @@ def test_a_fence_admits_the_namespaces_its_selector_selects() -> None:
     ]
     assert scheduled(rendered(required))["reason"] == "Scheduled"
     # by name, through the label every Namespace carries
-    by_name = fenced(DEPLOY.required, {tenancy.NAMESPACE_NAME_LABEL: "ml-team"})
+    by_name = fenced(DEPLOY.required, {admission.NAMESPACE_NAME_LABEL: "ml-team"})
     assert scheduled(rendered(by_name))["reason"] == "Scheduled"
 
 
@@ -76,20 +74,20 @@ def test_without_a_fence_every_namespace_places() -> None:
 def quota_ledger(hard: int, held: int) -> dict[str, Any]:
     """The binder's quota ledger for namespace ml-team: `held` GPUs reserved by another
     deployment's replica."""
-    state = tenancy.QuotaLedger(
+    state = quotas.QuotaLedger(
         quota="ml-team",
         sequence=3,
         namespaces=["ml-team"],
         hard={"gpu.nvidia.com": hard},
         entries={
-            "ml-team/other-0": tenancy.Reservation(
+            "ml-team/other-0": quotas.Reservation(
                 uid="u0", digest="d0", devices={"gpu.nvidia.com": held}
             )
         }
         if held
         else {},
     )
-    return tenancy.quota_ledger_configmap(state, binding.LEDGER_NAMESPACE)
+    return quotas.quota_ledger_configmap(state, ledger.LEDGER_NAMESPACE)
 
 
 @pytest.mark.parametrize(
@@ -120,7 +118,7 @@ def test_render_plays_the_binder_and_refuses_what_the_quota_does_not_cover() -> 
         "kind": "InferenceQuota",
         "metadata": {"name": "ml-team"},
         "spec": {
-            "namespaceSelector": {"matchLabels": {tenancy.NAMESPACE_NAME_LABEL: "ml-team"}},
+            "namespaceSelector": {"matchLabels": {admission.NAMESPACE_NAME_LABEL: "ml-team"}},
             "hard": {"devices": {"gpu.nvidia.com": 2}},
         },
     }
@@ -151,7 +149,7 @@ def view_of(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The fleet view a binder writes of `required`'s clusters, nothing committed on them."""
     clusters = {o["metadata"]["name"]: o for o in required if o["kind"] == "InferenceCluster"}
     classes = {o["metadata"]["name"]: o for o in required if o["kind"] == "InferenceClass"}
-    return fleet_view.configmaps(fleet_view.parts(ledger.views(clusters, classes, {})))
+    return fleet_view.configmaps(fleet_view.parts(commit.views(clusters, classes, {})))
 
 
 def reconcile(
@@ -199,7 +197,7 @@ def test_an_unbound_replica_the_fence_now_refuses_is_removed_and_said(
     if binder_ran:
         for o in observed:
             if o["kind"] == "ModelReplica":
-                why = tenancy.fence_message(o["spec"]["clusterName"], "ml-team")
+                why = admission.fence_message(o["spec"]["clusterName"], "ml-team")
                 refusal = binding.refusal_json(binding.state_of(o).digest, why)
                 o["metadata"].setdefault("annotations", {})[binding.REFUSED] = refusal
     second = reconcile(now, view_of(now if view_has_fence else DEPLOY.required), observed)
@@ -209,11 +207,11 @@ def test_an_unbound_replica_the_fence_now_refuses_is_removed_and_said(
     assert (cond["status"], cond["reason"]) == ("False", "InsufficientCapacity")
     assert cond["message"].startswith("placed 0 of 3 replicas")
     for name, obj in proposed.items():
-        why = tenancy.fence_message(obj["spec"]["clusterName"], "ml-team")
+        why = admission.fence_message(obj["spec"]["clusterName"], "ml-team")
         said = f"the binder refused it: {why}" if binder_ran else why
         assert f"{name} released ({said})" in cond["message"]
     for cluster in CLUSTERS:
-        assert f"; {tenancy.fence_message(cluster, 'ml-team')}" in cond["message"]
+        assert f"; {admission.fence_message(cluster, 'ml-team')}" in cond["message"]
 
 
 def test_a_view_that_lags_a_fence_proposes_nothing_on_the_cluster() -> None:
@@ -225,7 +223,7 @@ def test_a_view_that_lags_a_fence_proposes_nothing_on_the_cluster() -> None:
     cond = scheduled(out)
     assert cond["status"] == "False"
     for cluster in CLUSTERS:
-        assert tenancy.fence_message(cluster, "ml-team") in cond["message"]
+        assert admission.fence_message(cluster, "ml-team") in cond["message"]
 
 
 def test_a_bound_replica_keeps_its_pin_when_a_fence_is_set() -> None:
@@ -323,18 +321,18 @@ def test_privileged_fields_of_a_pod_template_never_reach_a_workload_cluster() ->
 
 
 def test_one_answer_to_how_much_a_namespace_may_hold() -> None:
-    """The binder reserves by `tenancy.exceeds`; the ModelDeployment function asks it too, its
+    """The binder reserves by `quotas.exceeds`; the ModelDeployment function asks it too, its
     own proposals not reserved yet counted as pending."""
-    state = tenancy.QuotaLedger(
+    state = quotas.QuotaLedger(
         quota="ml-team",
         namespaces=["ml-team"],
         hard={"gpu.nvidia.com": 8},
         entries={
-            "ml-team/a-0": tenancy.Reservation(uid="u", digest="d", devices={"gpu.nvidia.com": 4})
+            "ml-team/a-0": quotas.Reservation(uid="u", digest="d", devices={"gpu.nvidia.com": 4})
         },
     )
     four = {"gpu.nvidia.com": 4}
-    assert tenancy.exceeds(state, four, "ml-team") == ""
+    assert quotas.exceeds(state, four, "ml-team") == ""
     full = "namespace ml-team holds 8 of 8 gpu.nvidia.com (InferenceQuota ml-team)"
-    assert tenancy.exceeds(state, four, "ml-team", [four]) == full
-    assert tenancy.exceeds(state, {"other": 99}, "ml-team", [four]) == ""  # not capped
+    assert quotas.exceeds(state, four, "ml-team", [four]) == full
+    assert quotas.exceeds(state, {"other": 99}, "ml-team", [four]) == ""  # not capped

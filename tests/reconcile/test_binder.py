@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
-from plnt import binding, capacity, tenancy, workload_cluster
-from plnt.capacity import fleet_view
-from plnt.reconcile import binder, kube, ledger
+from plnt import capacity, workload_cluster
+from plnt.capacity import binding, commit, fleet_view, ledger, quotas
+from plnt.reconcile import binder, kube
 from tests.reconcile.apiserver import RECONCILER_TOKEN, REPO
 from tests.support import spec_asking
 
@@ -179,11 +179,11 @@ def test_a_stale_ledger_write_is_refused(kube_apiserver, api, cluster_name):
     assert held.state is not None
     emptied = ledger.Ledger(cluster=cluster_name, sequence=held.state.sequence + 1)
     kind = binder.CLUSTER_LEDGERS
-    assert b.commit(kind, cluster_name, held, emptied, True)  # at the versions read: accepted
-    assert not b.commit(kind, cluster_name, held, held.state, True)  # at them again: 409
+    assert b.write_ledger(kind, cluster_name, held, emptied, True)  # at the versions read: accepted
+    assert not b.write_ledger(kind, cluster_name, held, held.state, True)  # at them again: 409
     assert b.read_ledger(cluster_name).state == emptied
-    new = ledger.Held(ledger.Ledger(cluster=cluster_name), None, None)
-    assert not b.commit(kind, cluster_name, new, emptied, True)  # exists already
+    new = commit.Held(ledger.Ledger(cluster=cluster_name), None, None)
+    assert not b.write_ledger(kind, cluster_name, new, emptied, True)  # exists already
 
 
 def test_concurrent_binders_never_over_commit(kube_apiserver, api, cluster_name):
@@ -247,7 +247,7 @@ def test_cli_bind_only_once(kube_apiserver, cluster_name, tmp_path):
         json.loads(
             kube_apiserver.admin.get(
                 f"/api/v1/namespaces/plnt-system/configmaps/{binder.ledger_name(cluster_name)}"
-            ).json()["data"][ledger.DATA_KEY]
+            ).json()["data"][ledger.LEDGER_DATA_KEY]
         )["cluster"]
         == cluster_name
     )
@@ -511,8 +511,8 @@ def test_a_quota_caps_cache_storage_oldest_first(kube_apiserver, api, cluster_na
     b.bind_once()
     held = b.read_quota_ledger(quota).state
     assert held is not None
-    assert list(held.entries) == [tenancy.cache_key(namespace, "older")]
-    assert held.hard[tenancy.CACHE_STORAGE] == 50 * 1024**3
+    assert list(held.entries) == [quotas.cache_key(namespace, "older")]
+    assert held.hard[quotas.CACHE_STORAGE] == 50 * 1024**3
     status = kube_apiserver.admin.get(f"/apis/{GV}/inferencequotas/{quota}").json()["status"]
     assert status == {
         "used": {"devices": {"gpu.nvidia.com": 0}, "cacheStorage": 30 * 1024**3},
@@ -532,7 +532,9 @@ def _configmap(kube_apiserver, name: str) -> dict | None:
     return r.json() if r.status_code == 200 else None
 
 
-def _put_ledger_text(kube_apiserver, name: str, text: str, key: str = ledger.DATA_KEY) -> None:
+def _put_ledger_text(
+    kube_apiserver, name: str, text: str, key: str = ledger.LEDGER_DATA_KEY
+) -> None:
     cm = _configmap(kube_apiserver, name)
     assert cm is not None and key in cm["data"]
     cm["data"][key] = text
@@ -592,7 +594,7 @@ def test_an_unreadable_ledger_closes_its_cluster_until_it_is_repaired(
     record = _configmap(kube_apiserver, binder.record_name(cluster_name))
     assert record is not None
     published = binder.ledger_name(cluster_name)
-    good = _configmap(kube_apiserver, published)["data"][ledger.DATA_KEY]
+    good = _configmap(kube_apiserver, published)["data"][ledger.LEDGER_DATA_KEY]
     _put_ledger_text(kube_apiserver, published, damage(good))
     waiting = make_replica(kube_apiserver, cluster_name, 3)
 
@@ -653,7 +655,7 @@ def test_a_deleted_copy_is_rebuilt_from_the_other_in_one_pass(
     assert outcome.rebuilt.startswith(f"plnt-system/{name} from ")
     held = b.read_ledger(cluster_name)
     assert (held.state, held.publish, held.write_record) == (before, False, False)
-    rebuilt = json.loads(_configmap(kube_apiserver, name)["data"][ledger.DATA_KEY])
+    rebuilt = json.loads(_configmap(kube_apiserver, name)["data"][ledger.LEDGER_DATA_KEY])
     assert f"{team}/r-0" in rebuilt["entries"]
     assert states(kube_apiserver, [team])[team].state == binding.BOUND
 
@@ -721,7 +723,7 @@ def test_a_deleted_quota_takes_its_ledger_and_frees_who_waited_at_once(
     b.bind_once()
     found = states(kube_apiserver, teams)
     assert sorted(s.state for s in found.values()) == [binding.BOUND, binding.REFUSED_STATE]
-    names = (tenancy.quota_ledger_name(quota), binder.quota_record_name(quota))
+    names = (quotas.quota_ledger_name(quota), binder.quota_record_name(quota))
     assert all(_configmap(kube_apiserver, n) is not None for n in names)
 
     assert kube_apiserver.admin.delete(f"/apis/{GV}/inferencequotas/{quota}").status_code == 200
@@ -741,20 +743,20 @@ def test_an_unreadable_quota_ledger_refuses_its_namespaces_and_keeps_its_status(
     path = f"/apis/{GV}/inferencequotas/{quota}"
     status = kube_apiserver.admin.get(path).json()["status"]
     assert status["replicas"] == 1
-    _put_ledger_text(kube_apiserver, tenancy.quota_ledger_name(quota), "{", tenancy.QUOTA_DATA_KEY)
+    _put_ledger_text(kube_apiserver, quotas.quota_ledger_name(quota), "{", quotas.QUOTA_DATA_KEY)
     second = tenant_replica(kube_apiserver, cluster_name, 2, {"quota-group": group})
     b.bind_once()
     found = states(kube_apiserver, [first, second])
     assert found[first].state == binding.BOUND
     assert found[second].state == binding.REFUSED_STATE
-    where = f"plnt-system/{tenancy.quota_ledger_name(quota)}"
+    where = f"plnt-system/{quotas.quota_ledger_name(quota)}"
     assert found[second].message.startswith(
         f"InferenceQuota {quota}: ConfigMap {where} is not JSON"
     )
     assert kube_apiserver.admin.get(path).json()["status"] == status
     assert [e[:2] for e in _events(kube_apiserver, quota)] == [("Warning", "LedgerCorrupt")]
 
-    assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{tenancy.quota_ledger_name(quota)}")
+    assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{quotas.quota_ledger_name(quota)}")
     b.bind_once()
     assert {s.state for s in states(kube_apiserver, [first, second]).values()} == {binding.BOUND}
     assert kube_apiserver.admin.get(path).json()["status"]["replicas"] == 2

@@ -12,13 +12,12 @@ from typing import Any
 import pytest
 
 from functions.model_deployment import scheduler
-from plnt import binding, capacity, tenancy
-from plnt.capacity import offer
-from plnt.reconcile import ledger
+from plnt import capacity
+from plnt.capacity import admission, binding, commit, ledger, offer
 from tests.support import gpu_shape, spec_asking
 
 GPUS_8 = gpu_shape(8)
-NAME = tenancy.NAMESPACE_NAME_LABEL
+NAME = admission.NAMESPACE_NAME_LABEL
 
 
 def inference_cluster(fence: dict[str, Any] | None) -> dict[str, Any]:
@@ -71,9 +70,9 @@ def test_the_binder_commits_only_what_the_clusters_own_fence_admits(
     fence: dict[str, Any] | None, namespace: str, labels: dict[str, str], committed: bool
 ) -> None:
     clusters = {"a": inference_cluster(fence)}
-    replicas = [ledger.Replica.of(proposal(namespace))]
-    refuse = ledger.tenancy_refusals(replicas, clusters, {namespace: labels})
-    d = ledger.decide(
+    replicas = [commit.Replica.of(proposal(namespace))]
+    refuse = commit.tenancy_refusals(replicas, clusters, {namespace: labels})
+    d = commit.decide(
         ledger.Ledger(cluster="a"), replicas, {"h": capacity.Pool(1, GPUS_8)},
         alive={r.uid for r in replicas}, refuse=refuse,
     )  # fmt: skip
@@ -98,14 +97,14 @@ def test_the_scheduler_and_the_binder_read_the_same_fence_alike(
     """The function takes a cluster's fence from the InferenceCluster it reads by name
     (plnt.capacity.offer.cluster_of), the binder from the one it lists: one reading, one answer."""
     obj = inference_cluster(fence)
-    ns_labels = tenancy.namespace_labels({"metadata": {"labels": labels}}, namespace)
-    scheduler_admits = tenancy.admits(offer.cluster_of(obj).fence, ns_labels)
-    replicas = [ledger.Replica.of(proposal(namespace))]
-    binder_admits = not ledger.tenancy_refusals(replicas, {"a": obj}, {namespace: labels})
+    ns_labels = admission.namespace_labels({"metadata": {"labels": labels}}, namespace)
+    scheduler_admits = admission.admits(offer.cluster_of(obj).fence, ns_labels)
+    replicas = [commit.Replica.of(proposal(namespace))]
+    binder_admits = not commit.tenancy_refusals(replicas, {"a": obj}, {namespace: labels})
     assert scheduler_admits is binder_admits is committed
     assert scheduler.keep_pins(
         [scheduler.placed_replica(proposal(namespace))],
         {"a": offer.cluster_of(obj)},
         1,
-        lambda c: tenancy.admits(c.fence, ns_labels),
+        lambda c: admission.admits(c.fence, ns_labels),
     )[0] == ([scheduler.placed_replica(proposal(namespace))] if committed else [])

@@ -1,11 +1,11 @@
-"""The binder's decision (plnt.reconcile.ledger.decide), one rule per test."""
+"""The binder's decision (plnt.capacity.commit.decide), one rule per test."""
 
 from __future__ import annotations
 
 import copy
 
-from plnt import binding, capacity
-from plnt.reconcile import ledger
+from plnt import capacity
+from plnt.capacity import binding, commit, ledger
 from tests.support import gpu_shape, spec_asking
 
 ONE_GPU = {"h": (capacity.Pods(1, (("device:gpu", 1),)),)}
@@ -25,8 +25,8 @@ def replica(name: str, demand=ONE_GPU, uid: str | None = None, created: str = "t
     }
 
 
-def views(*objs: dict) -> list[ledger.Replica]:
-    return [ledger.Replica.of(o) for o in objs]
+def views(*objs: dict) -> list[commit.Replica]:
+    return [commit.Replica.of(o) for o in objs]
 
 
 def apply(obj: dict, writes: dict) -> dict:
@@ -39,9 +39,9 @@ def apply(obj: dict, writes: dict) -> dict:
     return out
 
 
-def decide(state: ledger.Ledger, objs: list[dict], nodes: int = 1) -> ledger.Decision:
+def decide(state: ledger.Ledger, objs: list[dict], nodes: int = 1) -> commit.Decision:
     rs = views(*objs)
-    return ledger.decide(state, rs, {"h": capacity.Pool(nodes, GPUS_8)}, alive={r.uid for r in rs})
+    return commit.decide(state, rs, {"h": capacity.Pool(nodes, GPUS_8)}, alive={r.uid for r in rs})
 
 
 def test_binds_what_fits_oldest_first_and_refuses_the_rest_in_devices() -> None:
@@ -114,7 +114,7 @@ def test_the_demand_annotation_sizes_nothing() -> None:
     d = decide(ledger.Ledger(cluster="a"), [obj])
     assert len(d.ledger.entries["ns/a0"].parsed_slots()["h"]) == 4
     # on a pool of two 1-GPU nodes it does not fit, annotation or not
-    small = ledger.decide(
+    small = commit.decide(
         ledger.Ledger(cluster="a"),
         views(obj),
         {"h": capacity.Pool(2, gpu_shape(1))},
@@ -146,7 +146,7 @@ def test_a_binding_annotation_without_a_ledger_entry_is_never_adopted() -> None:
 
 def test_tenancy_refusals_are_never_committed() -> None:
     objs = [replica("a0")]
-    d = ledger.decide(
+    d = commit.decide(
         ledger.Ledger(cluster="a"), views(*objs), {"h": capacity.Pool(1, GPUS_8)},
         alive={"uid-a0"}, refuse={"ns/a0": "cluster a does not admit namespace ns"},
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""A ledger kept twice (plnt.reconcile.ledger.hold): what the binder decides from, what it rebuilds,
+"""A ledger kept twice (plnt.capacity.commit.hold): what the binder decides from, what it rebuilds,
 and when it closes a cluster; how a closed cluster is refused and shown in the fleet view."""
 
 from __future__ import annotations
@@ -6,34 +6,34 @@ from __future__ import annotations
 import pytest
 
 from functions.model_deployment import scheduler
-from plnt import binding, capacity, ledger_parse
-from plnt.capacity import fleet_view
-from plnt.reconcile import binder, ledger
+from plnt import capacity
+from plnt.capacity import binding, commit, fleet_view, ledger, ledger_parse
+from plnt.reconcile import binder
 from tests.reconcile.test_ledger import apply, replica
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 
 NAMES = ("plnt-system/plnt-ledger-a", "plnt-system/plnt-ledger-record-a")
-ENTRY = binding.Entry(uid="uid-r0", digest="d", slots={"h": [[0, 1, {}]]}, sequence=1)
+ENTRY = ledger.Entry(uid="uid-r0", digest="d", slots={"h": [[0, 1, {}]]}, sequence=1)
 
 
-def state(sequence: int, *keys: str) -> binding.Ledger:
-    return binding.Ledger(cluster="a", sequence=sequence, entries=dict.fromkeys(keys, ENTRY))
+def state(sequence: int, *keys: str) -> ledger.Ledger:
+    return ledger.Ledger(cluster="a", sequence=sequence, entries=dict.fromkeys(keys, ENTRY))
 
 
-def copy(where: str, body: binding.Ledger | str, version: str = "7") -> ledger.Copy:
+def copy(where: str, body: ledger.Ledger | str, version: str = "7") -> commit.Copy:
     """A copy as the binder reads it: the published one as the functions do."""
     text = body if isinstance(body, str) else body.model_dump_json()
     name = where.split("/", 1)[1]
     published = where == NAMES[0]
-    label = binding.LEDGER_LABEL if published else binder.RECORD_LABEL
+    label = ledger.LEDGER_LABEL if published else binder.RECORD_LABEL
     cm = {"metadata": {"name": name, "namespace": "plnt-system", "labels": {label: "true"}},
-          "data": {ledger.DATA_KEY: text}}  # fmt: skip
-    return ledger.Copy(version, binder.CLUSTER_LEDGERS.read(cm, "a", ledger.DATA_KEY))
+          "data": {ledger.LEDGER_DATA_KEY: text}}  # fmt: skip
+    return commit.Copy(version, binder.CLUSTER_LEDGERS.read(cm, "a", ledger.LEDGER_DATA_KEY))
 
 
-def hold(published: ledger.Copy | None, record: ledger.Copy | None, counted: int = 0):
-    return ledger.hold(
-        binding.Ledger(cluster="a"), published, record, names=NAMES, counted=lambda: counted
+def hold(published: commit.Copy | None, record: commit.Copy | None, counted: int = 0):
+    return commit.hold(
+        ledger.Ledger(cluster="a"), published, record, names=NAMES, counted=lambda: counted
     )
 
 
@@ -67,11 +67,11 @@ def test_a_lost_copy_is_rebuilt_from_the_other() -> None:
 
 
 def test_a_new_cluster_starts_empty_and_a_lost_one_is_closed() -> None:
-    assert hold(None, None).state == binding.Ledger(cluster="a")
+    assert hold(None, None).state == ledger.Ledger(cluster="a")
     lost = hold(None, None, counted=4)
     assert lost.state is None and lost.closed is not None
     assert (lost.closed.reason, lost.closed.sequence, lost.closed.known) == (
-        ledger.LEDGER_LOST,
+        commit.LEDGER_LOST,
         4,
         None,
     )
@@ -87,8 +87,8 @@ def test_a_new_cluster_starts_empty_and_a_lost_one_is_closed() -> None:
         ("{oops", state(2, "ns/r0"), ledger_parse.LEDGER_CORRUPT, {"ns/r0"}),
         (state(2, "ns/r0"), '{"cluster": "a", "x": 1}', ledger_parse.LEDGER_MALFORMED, {"ns/r0"}),
         ("{oops", "[]", ledger_parse.LEDGER_CORRUPT, None),
-        (state(3, "ns/r0"), state(2, "ns/r1"), ledger.LEDGER_DIVERGED, {"ns/r0", "ns/r1"}),
-        (state(2), state(2, "ns/r0"), ledger.LEDGER_DIVERGED, {"ns/r0"}),
+        (state(3, "ns/r0"), state(2, "ns/r1"), commit.LEDGER_DIVERGED, {"ns/r0", "ns/r1"}),
+        (state(2), state(2, "ns/r0"), commit.LEDGER_DIVERGED, {"ns/r0"}),
     ],
     ids=["published corrupt", "record malformed", "both unreadable", "published ahead",
          "same sequence, other content"],
@@ -101,7 +101,7 @@ def test_what_does_not_read_closes_the_cluster_and_says_what_it_still_knows(
     assert held.closed.reason == reason
     assert held.closed.known == (None if known is None else frozenset(known))
     assert held.closed.sequence == max(
-        [1] + [s.sequence for s in (published, record) if isinstance(s, binding.Ledger)]
+        [1] + [s.sequence for s in (published, record) if isinstance(s, ledger.Ledger)]
     )
     assert held.closed.message.endswith("nothing binds until it is repaired (docs/reconciler.md)")
     assert (held.published, held.record) == ("5", "6")
@@ -127,30 +127,30 @@ def test_a_closed_cluster_refuses_only_proposals_no_copy_can_hold() -> None:
         objs[2],
         {binding.BINDING: binding.binding_json(binding.state_of(objs[2]).digest, "a", {})},
     )
-    views = [ledger.Replica.of(o) for o in (objs[0], objs[1], bound)]
-    closed = ledger.Closed(
+    views = [commit.Replica.of(o) for o in (objs[0], objs[1], bound)]
+    closed = commit.Closed(
         ledger_parse.LEDGER_CORRUPT, "ConfigMap x is not JSON", 3, frozenset({"ns/r0"})
     )
-    refused, annotate = ledger.refuse_closed("a", closed, views)
+    refused, annotate = commit.refuse_closed("a", closed, views)
     assert refused == dict.fromkeys(
         ("ns/r0", "ns/r1", "ns/r2"), "cluster a: ConfigMap x is not JSON"
     )
     assert list(annotate) == ["ns/r1"]  # not r0 (a copy holds it), not r2 (claims a binding)
     refusal = binding.state_of(apply(objs[1], annotate["ns/r1"]))
     assert (refusal.state, refusal.message) == (binding.REFUSED_STATE, refused["ns/r1"])
-    unknown = ledger.Closed(ledger.LEDGER_LOST, "both gone", 3, None)
-    assert ledger.refuse_closed("a", unknown, views)[1] == {}  # a lost copy may hold any
+    unknown = commit.Closed(commit.LEDGER_LOST, "both gone", 3, None)
+    assert commit.refuse_closed("a", unknown, views)[1] == {}  # a lost copy may hold any
 
 
 def test_a_closed_quota_refuses_new_commits_in_the_namespaces_it_covers() -> None:
     quota = {"metadata": {"name": "q"}, "spec": {"namespaceSelector": {"matchLabels": {"t": "x"}}}}
-    views = [ledger.Replica.of(replica("r0"))]
-    closed = {"q": ledger.Closed(ledger_parse.LEDGER_CORRUPT, "ConfigMap q is not JSON")}
-    assert ledger.closed_quota_refusals({"q": quota}, closed, views, {"ns": {"t": "x"}}) == {
+    views = [commit.Replica.of(replica("r0"))]
+    closed = {"q": commit.Closed(ledger_parse.LEDGER_CORRUPT, "ConfigMap q is not JSON")}
+    assert commit.closed_quota_refusals({"q": quota}, closed, views, {"ns": {"t": "x"}}) == {
         "ns/r0": "InferenceQuota q: ConfigMap q is not JSON"
     }
-    assert ledger.closed_quota_refusals({"q": quota}, closed, views, {"ns": {"t": "y"}}) == {}
-    decided = ledger.decide(
+    assert commit.closed_quota_refusals({"q": quota}, closed, views, {"ns": {"t": "y"}}) == {}
+    decided = commit.decide(
         state(1),
         views,
         {"h": capacity.Pool(1, capacity.Shape((("device:gpu", 8),)))},
@@ -167,8 +167,8 @@ def test_the_fleet_view_offers_nothing_on_a_closed_cluster_and_says_why() -> Non
     clusters = {n: cluster(n, [("h", "h100", 2)]) for n in ("a", "b")}
     committed = {"b": state(1)}
     why = "ConfigMap plnt-system/plnt-ledger-a is not JSON (...): nothing binds"
-    views = ledger.views(
-        clusters, classes, committed, {"a": ledger.Closed(ledger_parse.LEDGER_CORRUPT, why, 5)}
+    views = commit.views(
+        clusters, classes, committed, {"a": commit.Closed(ledger_parse.LEDGER_CORRUPT, why, 5)}
     )
     (part,) = fleet_view.parts(views)
     read = {v.cluster.name: v for v in fleet_view.decode(part.text)}

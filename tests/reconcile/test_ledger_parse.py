@@ -1,28 +1,28 @@
-"""The one ledger parser (plnt.ledger_parse): every way a ledger ConfigMap does not read is an
-error naming the ConfigMap and what is wrong, never an empty ledger."""
+"""The one ledger parser (plnt.capacity.ledger_parse): every way a ledger ConfigMap does not read is
+an error naming the ConfigMap and what is wrong, never an empty ledger."""
 
 from __future__ import annotations
 
 import pytest
 
-from plnt import binding, ledger_parse, tenancy
-from plnt.ledger_parse import UnreadableLedgerError
+from plnt.capacity import ledger, ledger_parse, quotas
+from plnt.capacity.ledger_parse import UnreadableLedgerError
 
-GOOD = binding.Ledger(
+GOOD = ledger.Ledger(
     cluster="a",
     sequence=3,
-    entries={"ns/r": binding.Entry(uid="u1", digest="d1", slots={"h": [[0, 1, {}]]}, sequence=2)},
+    entries={"ns/r": ledger.Entry(uid="u1", digest="d1", slots={"h": [[0, 1, {}]]}, sequence=2)},
 )
 
 
 def configmap(text: str | None, *, name: str = "plnt-ledger-a", namespace: str = "plnt-system",
               labels: dict | None = None) -> dict:  # fmt: skip
-    data = {} if text is None else {binding.LEDGER_DATA_KEY: text}
+    data = {} if text is None else {ledger.LEDGER_DATA_KEY: text}
     return {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {binding.LEDGER_LABEL: "true"} if labels is None else labels,
+            "labels": {ledger.LEDGER_LABEL: "true"} if labels is None else labels,
         },
         "data": data,
     }
@@ -105,7 +105,7 @@ def test_every_unreadable_shape_names_the_configmap_and_the_fault(
 def test_a_namespaced_copy_does_not_shadow_the_real_one() -> None:
     """A tenant's ConfigMap of the same name elsewhere is skipped when the real one is there."""
     real = configmap(GOOD.model_dump_json())
-    fake = configmap(binding.Ledger(cluster="a").model_dump_json(), namespace="team-a")
+    fake = configmap(ledger.Ledger(cluster="a").model_dump_json(), namespace="team-a")
     assert ledger_parse.cluster_ledger_of([fake, real], "a") == GOOD
 
 
@@ -114,15 +114,15 @@ def quota_cm(text: str, name: str = "plnt-quota-q") -> dict:
         "metadata": {
             "name": name,
             "namespace": "plnt-system",
-            "labels": {tenancy.QUOTA_LEDGER_LABEL: "true"},
+            "labels": {quotas.QUOTA_LEDGER_LABEL: "true"},
         },
-        "data": {tenancy.QUOTA_DATA_KEY: text},
+        "data": {quotas.QUOTA_DATA_KEY: text},
     }
 
 
 def test_quota_ledgers_read_with_what_is_wrong_with_each_other_one() -> None:
-    good = tenancy.QuotaLedger(quota="q", sequence=1, namespaces=["a"], hard={"gpu": 4})
-    other = tenancy.QuotaLedger(quota="r").model_dump_json()
+    good = quotas.QuotaLedger(quota="q", sequence=1, namespaces=["a"], hard={"gpu": 4})
+    other = quotas.QuotaLedger(quota="r").model_dump_json()
     found, bad = ledger_parse.quota_ledgers_in(
         [quota_cm(good.model_dump_json()), quota_cm("{oops", "plnt-quota-x"),
          quota_cm(other, "plnt-quota-y")]

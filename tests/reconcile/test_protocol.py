@@ -10,12 +10,12 @@ refuses it):
   one call each (as Crossplane applies composed resources). It runs more than once, so a
   refused replica is released and placed again;
 - a binder is `plnt.reconcile.binder`'s pass, step by step: read the ledger, list the replicas,
-  decide (`plnt.reconcile.ledger.decide`, the real code), write the ledger with the version
+  decide (`plnt.capacity.commit.decide`, the real code), write the ledger with the version
   read, annotate each replica (one call each, with the uid precondition);
 - a restart throws a binder's or a proposer's memory away between any two steps.
 
-After every step, the replicas that are *bound* (`plnt.binding.verify` on the ledgers as the API
-server holds them, what the ModelReplica function renders on) must fit their pool: counted
+After every step, the replicas that are *bound* (`plnt.capacity.binding.verify` on the ledgers as
+the API server holds them, what the ModelReplica function renders on) must fit their pool: counted
 independently (devices and whole nodes per pool) and packed slot by slot; with an InferenceQuota,
 the bound replicas of the namespaces it covers hold no more GPUs than its hard limit; with a
 fenced cluster, no replica of a namespace it does not admit is bound on it. Each deployment has
@@ -37,9 +37,10 @@ import pytest
 from functions.model_deployment import replicas as rep
 from functions.model_deployment import scheduler
 from functions.model_replica import fn as model_replica_fn
-from plnt import binding, capacity, ledger_parse, tenancy
+from plnt import capacity
+from plnt.capacity import binding, commit, ledger, ledger_parse, quotas
 from plnt.capacity.offer import cluster_of
-from plnt.reconcile import binder, ledger
+from plnt.reconcile import binder
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 from tests.support import spec_asking
 
@@ -94,7 +95,7 @@ def namespaces(case: Case) -> dict[str, dict[str, str]]:
     return {name: {"team": name} for name, _, _ in case.deployments}
 
 
-def quotas(case: Case) -> list[dict]:
+def quota_objects(case: Case) -> list[dict]:
     if case.quota is None:
         return []
     covered, hard = case.quota
@@ -230,43 +231,43 @@ def configmap(name: str, where: str, body: str) -> dict:
     published = where == "ledgers"
     if name.startswith("quota:"):
         quota = name.split(":", 1)[1]
-        cm_name = tenancy.quota_ledger_name(quota) if published else binder.quota_record_name(quota)
-        label = tenancy.QUOTA_LEDGER_LABEL if published else binder.QUOTA_RECORD_LABEL
-        key = tenancy.QUOTA_DATA_KEY
+        cm_name = quotas.quota_ledger_name(quota) if published else binder.quota_record_name(quota)
+        label = quotas.QUOTA_LEDGER_LABEL if published else binder.QUOTA_RECORD_LABEL
+        key = quotas.QUOTA_DATA_KEY
     else:
-        cm_name = binding.ledger_name(name) if published else binder.record_name(name)
-        label = binding.LEDGER_LABEL if published else binder.RECORD_LABEL
-        key = binding.LEDGER_DATA_KEY
+        cm_name = ledger.ledger_name(name) if published else binder.record_name(name)
+        label = ledger.LEDGER_LABEL if published else binder.RECORD_LABEL
+        key = ledger.LEDGER_DATA_KEY
     return {
         "metadata": {
             "name": cm_name,
-            "namespace": binding.LEDGER_NAMESPACE,
+            "namespace": ledger.LEDGER_NAMESPACE,
             "labels": {label: "true"},
         },
         "data": {key: body},
     }
 
 
-def held_of(name: str, published: list | None, record: list | None, view: dict) -> ledger.Held:
-    """A ledger from its two copies as the binder reads them (`ledger.hold`, the real code)."""
+def held_of(name: str, published: list | None, record: list | None, view: dict) -> commit.Held:
+    """A ledger from its two copies as the binder reads them (`commit.hold`, the real code)."""
     quota = name.split(":", 1)[1] if name.startswith("quota:") else None
     kind: Any = binder.QUOTA_LEDGERS if quota is not None else binder.CLUSTER_LEDGERS
     key = quota if quota is not None else name
 
-    def copy_of(c: list | None, where: str) -> ledger.Copy | None:
+    def copy_of(c: list | None, where: str) -> commit.Copy | None:
         if c is None:
             return None
-        return ledger.Copy(str(c[0]), kind.read(configmap(name, where, c[1]), key, kind.data_key))
+        return commit.Copy(str(c[0]), kind.read(configmap(name, where, c[1]), key, kind.data_key))
 
     names = (f"published/{name}", f"record/{name}")
-    return ledger.hold(
+    return commit.hold(
         kind.fresh(key), copy_of(published, "ledgers"), copy_of(record, "records"), names=names,
         counted=lambda: view.get(name, 0),
     )  # fmt: skip
 
 
-def commit_writes(name: str, held: ledger.Held, body: str, changed: bool) -> list[list]:
-    """`Binder.commit`'s writes: the record first, then the published copy."""
+def commit_writes(name: str, held: commit.Held, body: str, changed: bool) -> list[list]:
+    """`Binder.write_ledger`'s writes: the record first, then the published copy."""
     out = []
     if changed or held.write_record:
         out.append(["records", name, None if held.record is None else int(held.record), body])
@@ -279,30 +280,30 @@ def binder_decide(case: Case, reads: dict, records: dict, view: dict, listed: li
     """The binder's pass as plnt.reconcile.binder makes it: the ledgers from their two copies,
     quotas first, then clusters; a ledger that cannot be read closes its cluster or quota. The
     writes (in order), the annotations, and the sequences its fleet view counts."""
-    views = [ledger.Replica.of(o) for o in listed]
+    views = [commit.Replica.of(o) for o in listed]
     classes = {c["metadata"]["name"]: c for c in CLASSES}
     clusters = {c["metadata"]["name"]: c for c in fleet(case)}
     held = {n: held_of(n, reads[n], records[n], view) for n in ledger_names(case)}
     closed = {n: held[n].closed for n in clusters if held[n].closed is not None}
-    fenced = ledger.tenancy_refusals(views, clusters, namespaces(case))
+    fenced = commit.tenancy_refusals(views, clusters, namespaces(case))
     eligible = {v.key for v in views if v.cluster in clusters and v.cluster not in closed}
     decided, closed_quotas, writes, counted = {}, {}, [], {}
-    quota_objs = {q["metadata"]["name"]: q for q in quotas(case)}
+    quota_objs = {q["metadata"]["name"]: q for q in quota_objects(case)}
     for name, q in quota_objs.items():
         h = held[f"quota:{name}"]
         if h.closed is not None:
             closed_quotas[name] = h.closed
             counted[f"quota:{name}"] = h.closed.sequence
             continue
-        d = ledger.decide_quota(
+        d = commit.decide_quota(
             h.state, q, views, namespaces(case), eligible=eligible - set(fenced)
         )
         decided[name] = d
         writes += commit_writes(f"quota:{name}", h, d.ledger.model_dump_json(), d.changed)
         counted[f"quota:{name}"] = d.ledger.sequence
     refuse = {
-        **ledger.quota_refusals(views, list(decided.values())),
-        **ledger.closed_quota_refusals(quota_objs, closed_quotas, views, namespaces(case)),
+        **commit.quota_refusals(views, list(decided.values())),
+        **commit.closed_quota_refusals(quota_objs, closed_quotas, views, namespaces(case)),
         **fenced,
     }
     uids = {v.key: v.uid for v in views}
@@ -312,11 +313,11 @@ def binder_decide(case: Case, reads: dict, records: dict, view: dict, listed: li
         h = held[name]
         mine = [v for v in views if v.cluster == name]
         if h.closed is not None:
-            _, writes_on = ledger.refuse_closed(name, h.closed, mine)
+            _, writes_on = commit.refuse_closed(name, h.closed, mine)
             counted[name] = h.closed.sequence
         else:
-            d = ledger.decide(
-                h.state, mine, ledger.pools_of(c, classes), alive={v.uid for v in views},
+            d = commit.decide(
+                h.state, mine, commit.pools_of(c, classes), alive={v.uid for v in views},
                 refuse=refuse,
             )  # fmt: skip
             writes += commit_writes(name, h, d.ledger.model_dump_json(), d.changed)
@@ -454,7 +455,9 @@ def act(case: Case, state: dict, n: int, what: str) -> dict:
 
 
 def ledger_names(case: Case) -> list[str]:
-    return [c["metadata"]["name"] for c in fleet(case)] + [f"quota:{QUOTA}" for _ in quotas(case)]
+    return [c["metadata"]["name"] for c in fleet(case)] + [
+        f"quota:{QUOTA}" for _ in quota_objects(case)
+    ]
 
 
 # --- the invariant ----------------------------------------------------------------------------
@@ -463,7 +466,7 @@ def ledger_names(case: Case) -> list[str]:
 def render(api: dict, before: dict) -> tuple[dict, list[str]]:
     """What the ModelReplica function renders on the published ledgers the API server holds
     (by key: [uid, slots]), given what it rendered `before`, as functions/model_replica decides
-    it (`binding.verify` on `binding.read_ledger` and `tenancy.quota_ledgers_of`): Bound renders;
+    it (`binding.verify` on `binding.read_ledger` and `quota.quota_ledgers_of`): Bound renders;
     Unknown (a ledger it needs does not read) keeps what it rendered. And the problems: a replica
     that was rendered and is still there, same uid, no longer rendered."""
     held = api["ledgers"].get(f"quota:{QUOTA}")
@@ -710,13 +713,13 @@ def test_the_binder_sizes_a_commit_from_the_spec_not_the_annotation() -> None:
     case = CASES["a hand-made replica under-states its demand"]
     _, _, most = explore(case)
     assert most == 8  # the hand-made replica alone (it is older), or the proposal alone
-    real = ledger.Replica.demand
-    ledger.Replica.demand = lambda self, pools: self.state.demand  # type: ignore[method-assign]
+    real = commit.Replica.demand
+    commit.Replica.demand = lambda self, pools: self.state.demand  # type: ignore[method-assign]
     try:
         with pytest.raises(AssertionError, match="x0: 14 GPUs bound on 8"):
             explore(case)
     finally:
-        ledger.Replica.demand = real  # type: ignore[method-assign]
+        commit.Replica.demand = real  # type: ignore[method-assign]
 
 
 def test_the_invariant_catches_the_defect_of_issue_15() -> None:
@@ -768,12 +771,12 @@ def ignoring_quota_ledgers() -> Iterator[None]:
 
 @contextlib.contextmanager
 def binder_ignoring_quotas() -> Iterator[None]:
-    real = ledger.quota_refusals
-    ledger.quota_refusals = lambda *_: {}  # type: ignore[assignment]
+    real = commit.quota_refusals
+    commit.quota_refusals = lambda *_: {}  # type: ignore[assignment]
     try:
         yield
     finally:
-        ledger.quota_refusals = real
+        commit.quota_refusals = real
 
 
 def test_either_check_alone_holds_the_quota_and_neither_does_not() -> None:
@@ -795,13 +798,13 @@ def test_either_check_alone_holds_the_quota_and_neither_does_not() -> None:
 
 def test_the_fence_invariant_catches_a_binder_without_fences() -> None:
     case = CASES["a fenced cluster"]
-    real = ledger.tenancy_refusals
-    ledger.tenancy_refusals = lambda *_: {}  # type: ignore[assignment]
+    real = commit.tenancy_refusals
+    commit.tenancy_refusals = lambda *_: {}  # type: ignore[assignment]
     try:
         with pytest.raises(AssertionError, match="bound outside its fence"):
             explore(case)
     finally:
-        ledger.tenancy_refusals = real
+        commit.tenancy_refusals = real
 
 
 def test_a_fenced_out_deployment_ends_on_the_other_cluster_in_some_interleaving() -> None:

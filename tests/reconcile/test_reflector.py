@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from plnt import binding
+from plnt.capacity import binding
 from plnt.reconcile import binder, kube, reads
 from plnt.reconcile.reflector import NotCurrentError, Reflector
 from tests.reconcile.apiserver import ADMIN_TOKEN, RECONCILER_TOKEN

@@ -12,9 +12,8 @@ import re
 
 import pytest
 
-from plnt import binding, capacity
-from plnt.capacity import fleet_view, offer
-from plnt.reconcile import ledger
+from plnt import capacity
+from plnt.capacity import binding, commit, fleet_view, ledger, offer
 from plnt_host.bench import scheduler as bench
 
 CLASSES = {n: bench.inference_class(n) for n in sorted(bench.GPUS)}
@@ -92,7 +91,7 @@ def test_usage_lists_used_nodes_and_load_rebuilds_the_pool() -> None:
 
 
 def test_bound_fleet_round_trips_through_the_view() -> None:
-    committed, annotated = ledger.bind_all(CLUSTERS, CLASSES, REPLICAS)
+    committed, annotated = commit.bind_all(CLUSTERS, CLASSES, REPLICAS)
     states = {o["metadata"]["name"]: binding.state_of(o) for o in annotated}
     assert {n: s.state for n, s in states.items() if s.state != binding.BOUND} == {
         "other-6": binding.REFUSED_STATE
@@ -102,7 +101,7 @@ def test_bound_fleet_round_trips_through_the_view() -> None:
         "cluster-0000": 1, "cluster-0001": 1, "cluster-0002": 0,
     }  # fmt: skip
 
-    all_parts = fleet_view.parts(ledger.views(CLUSTERS, CLASSES, committed))
+    all_parts = fleet_view.parts(commit.views(CLUSTERS, CLASSES, committed))
     cms = fleet_view.configmaps(all_parts)
     assert cms[-1]["metadata"] == {"name": fleet_view.INDEX_NAME, "namespace": "plnt-system"}
     assert fleet_view.fleet_size(cms[-1]["data"]) == 3
@@ -114,10 +113,10 @@ def test_bound_fleet_round_trips_through_the_view() -> None:
         assert v.cluster == offer.cluster_of(obj)  # name, labels, ready, pools, gateway
         assert v.cluster.gateway.startswith("10.0.") and v.cluster.ready
         assert v.ledger == committed[name].sequence
-        charged = ledger.committed_pools(committed[name], ledger.pools_of(obj, CLASSES))
+        charged = commit.committed_pools(committed[name], commit.pools_of(obj, CLASSES))
         assert v.used == {p: pool.usage() for p, pool in charged.items() if pool.usage()}
         for p, pool in charged.items():
-            fresh = ledger.pools_of(obj, CLASSES)[p]
+            fresh = commit.pools_of(obj, CLASSES)[p]
             fresh.load(v.used.get(p, ()))
             assert (fresh.usage(), fresh.free, fresh.pods) == (pool.usage(), pool.free, pool.pods)
             for gpus in (1, 4, 8):
@@ -171,7 +170,7 @@ def test_a_large_fleet_fits_in_configmaps() -> None:
     views = []
     for i in range(6000):
         obj = bench.inference_cluster(i, 8)
-        pools = ledger.pools_of(obj, CLASSES)
+        pools = commit.pools_of(obj, CLASSES)
         for p in pools.values():  # every node used: the largest view
             p.take([capacity.Slot(n, ((GPU, 1),)) for n in range(p.nodes)])
         views.append(fleet_view.cluster_view(obj, pools, 7))
@@ -256,13 +255,13 @@ def test_fleet_size() -> None:
 
 def test_ledger_sequence_counts_writes_and_stamps_new_entries() -> None:
     obj = CLUSTERS["cluster-0000"]
-    empty = ledger.pools_of(obj, CLASSES)
+    empty = commit.pools_of(obj, CLASSES)
 
-    def decide(state: ledger.Ledger, objs: list[dict]) -> ledger.Decision:
-        rs = [ledger.Replica.of(o) for o in objs]
-        return ledger.decide(state, rs, empty, alive={r.uid for r in rs})
+    def decide(state: ledger.Ledger, objs: list[dict]) -> commit.Decision:
+        rs = [commit.Replica.of(o) for o in objs]
+        return commit.decide(state, rs, empty, alive={r.uid for r in rs})
 
-    def annotated(objs: list[dict], d: ledger.Decision) -> list[dict]:
+    def annotated(objs: list[dict], d: commit.Decision) -> list[dict]:
         out = copy.deepcopy(objs)
         for o in out:
             key = f"{o['metadata']['namespace']}/{o['metadata']['name']}"
@@ -297,13 +296,13 @@ def test_ledger_sequence_counts_writes_and_stamps_new_entries() -> None:
     assert stored == third.ledger
     assert ledger.Ledger.model_validate_json('{"cluster":"c"}').sequence == 0
 
-    charged = ledger.committed_pools(third.ledger, empty)
+    charged = commit.committed_pools(third.ledger, empty)
     assert charged["pool-0"].usage() == (capacity.NodeUse(0, 3, False, ((GPU, 7),)),)
     assert all(p.usage() == () for name, p in charged.items() if name != "pool-0")
     assert all(p.usage() == () for p in empty.values())  # the empty pools are not charged
     gone = ledger.Ledger(cluster="c", entries={"ns/x": ledger.Entry(
         uid="u", digest="d", slots={"nowhere": [[0, {GPU: 1}, False]]})})  # fmt: skip
-    assert all(p.usage() == () for p in ledger.committed_pools(gone, empty).values())
+    assert all(p.usage() == () for p in commit.committed_pools(gone, empty).values())
 
 
 def test_per_cluster_labels_ride_with_their_cluster_not_the_part() -> None:

@@ -34,13 +34,15 @@ def test_no_import_runs_back_up(package: str) -> None:
 
 
 def test_capacity_is_pure() -> None:
-    """The scheduler and the binder share plnt.capacity, so it needs neither the reconciler nor
-    the Kubernetes client that function images leave out."""
+    """The scheduler and the binder share plnt.capacity (admission, quotas, the ledger model, the
+    commit decision, the fleet view), so it needs neither the reconciler nor the Kubernetes client
+    that function images leave out."""
     impure = [
         f"{path.relative_to(REPO)}: {name}"
         for path in sorted((REPO / "plnt" / "capacity").rglob("*.py"))
         for name in sorted(_imported(path))
         if name.split(".")[0] == "kubernetes" or name.startswith("plnt.reconcile")
     ]
-    assert (REPO / "plnt" / "capacity" / "offer.py").exists()
+    for module in ("admission", "quotas", "tenant", "ledger", "commit", "binding", "offer"):
+        assert (REPO / "plnt" / "capacity" / f"{module}.py").exists()
     assert impure == []

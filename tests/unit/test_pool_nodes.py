@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from plnt import capacity
-from plnt.capacity import fleet_view, offer, pool_nodes
+from plnt.capacity import commit, fleet_view, ledger, offer, pool_nodes
 from plnt.capacity.pool_nodes import Node, Observation, Record
 
 T0 = 1_800_000_000.0
@@ -158,20 +158,18 @@ def test_the_fleet_view_carries_the_reduced_capacity_and_why():
 def test_the_binder_never_unbinds_what_capacity_no_longer_holds():
     """A pool that shrank under its bound replicas reports them over-committed, keeps them in
     the ledger (they stay rendered), and commits nothing new there until it fits again."""
-    from plnt.reconcile import ledger as ledgers
-
     shape = capacity.Shape(((capacity.device_key("gpu"), 8),))
     whole = capacity.Pods(1, (), True)
     four = {"h100": capacity.Pool(4, shape)}
     placed = four["h100"].copy().pack([whole, whole])
     assert placed is not None
     entries = {
-        f"t/r-{i}": ledgers.Entry(uid=f"u{i}", digest="d", sequence=1,
-                                  slots=capacity.slots_json({"h100": (slot,)}))
+        f"t/r-{i}": ledger.Entry(uid=f"u{i}", digest="d", sequence=1,
+                                 slots=capacity.slots_json({"h100": (slot,)}))
         for i, slot in enumerate(placed)
     }  # fmt: skip
-    held = ledgers.Ledger(cluster="lab", sequence=1, entries=entries)
+    held = ledger.Ledger(cluster="lab", sequence=1, entries=entries)
     one = {"h100": capacity.Pool(1, shape)}  # three of four nodes gone
-    _, over, full = ledgers._charged(held.entries, one)
+    _, over, full = commit._charged(held.entries, one)
     assert set(over) == {"t/r-1"} and full == {"h100"}
     assert "no longer fit (1 nodes" in over["t/r-1"]

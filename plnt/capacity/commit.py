@@ -1,14 +1,18 @@
-"""The binder's decision for one InferenceCluster, pure: which proposed ModelReplicas to commit
-to the cluster's ledger, which to refuse, which committed ones no longer fit.
+"""The commit decision, pure: which proposed ModelReplicas the binder commits to a cluster's
+ledger, which it refuses, which committed ones no longer fit, and what each quota ledger
+reserves. The binder (plnt.reconcile.binder) does the I/O around it; `plnt render` previews it.
 
-The ledger (a ConfigMap per cluster, written only with its resourceVersion as a precondition)
-is the one place capacity is committed: an entry per replica holds its uid, the digest of what
-was committed and a slot (virtual node) per pod. A replica is bound once its entry is in the
-ledger *and* the binder has copied the entry onto it (`plnt.binding.BINDING`); the ModelReplica
-function renders workloads for bound replicas only. Since the annotation is written only after
-the ledger write succeeded, and the ledger write succeeds only against the version it was
-computed from, the bound replicas of a cluster are always a subset of one ledger version whose
-slots fit the pools: no interleaving of reconciles, binders or restarts over-commits.
+The ledger (plnt.capacity.ledger: a ConfigMap per cluster, written only with its
+resourceVersion as a precondition) is the one place capacity is committed: an entry per replica
+holds its uid, the digest of what was committed and a slot (virtual node) per pod. A replica is
+bound once its entry is in the ledger *and* the binder has copied the entry onto it
+(`plnt.capacity.binding.BINDING`); the ModelReplica function renders workloads for bound
+replicas only.
+
+Invariant: the bound replicas of a cluster are always a subset of one ledger version whose slots
+fit the pools. The annotation is written only after the ledger write succeeded, and the ledger
+write succeeds only against the version it was computed from, so no interleaving of reconciles,
+binders or restarts over-commits.
 
 `decide` is called with a ledger read *before* the replica list it is given, so an entry whose
 replica is not in the list was bound to a replica that existed before the list and is gone
@@ -22,16 +26,11 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from plnt import binding, capacity, cluster_health, demand, tenancy
-from plnt.capacity import fleet_view, offer
-from plnt.ledger_parse import UnreadableLedgerError
-
-DATA_KEY = binding.LEDGER_DATA_KEY
-
-
-# The models live in plnt.binding: the ModelReplica function reads the same ledger to verify.
-Entry = binding.Entry
-Ledger = binding.Ledger
+from plnt import capacity, cluster_health
+from plnt.capacity import admission, binding, demand, fleet_view, ledger, offer, quotas
+from plnt.capacity.ledger import Entry, Ledger
+from plnt.capacity.ledger_parse import UnreadableLedgerError
+from plnt.capacity.tenant import Tenant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,28 +57,28 @@ class Replica:
     @staticmethod
     def of_cache(obj: Mapping[str, Any]) -> Replica:
         """A ModelCache as quotas weigh it: its storage as a device class of its own
-        (`tenancy.CACHE_STORAGE`), under a key no replica has (`tenancy.cache_key`). It is only
+        (`quotas.CACHE_STORAGE`), under a key no replica has (`quotas.cache_key`). It is only
         ever given to `decide_quota`, never to a cluster's decision: a cache takes no device."""
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         cluster = str(spec.get("clusterName") or "")
-        size = tenancy.cache_bytes(spec.get("size"))
+        size = quotas.cache_bytes(spec.get("size"))
         return Replica(
             namespace=meta.get("namespace", ""),
-            name=tenancy.CACHE_KEY_PREFIX + meta.get("name", ""),
+            name=quotas.CACHE_KEY_PREFIX + meta.get("name", ""),
             uid=meta.get("uid", ""),
             created=meta.get("creationTimestamp", ""),
             cluster=cluster,
-            state=binding.State(binding.PENDING, tenancy.cache_digest(cluster, size), {}),
+            state=binding.State(binding.PENDING, quotas.cache_digest(cluster, size), {}),
             binding_annotation="",
             refused_annotation="",
             over_annotation="",
-            devices={tenancy.CACHE_STORAGE: size},
+            devices={quotas.CACHE_STORAGE: size},
         )
 
     def demand(self, pools: Mapping[str, capacity.Pool]) -> dict[str, tuple[capacity.Pods, ...]]:
-        """What it asks of `pools` (its cluster's), from its spec alone (plnt.demand): never
-        from the demand annotation its proposer, or anyone else, wrote."""
+        """What it asks of `pools` (its cluster's), from its spec alone (plnt.capacity.demand):
+        never from the demand annotation its proposer, or anyone else, wrote."""
         return demand.replica_demand(self.spec, {name: p.shape for name, p in pools.items()})
 
     @staticmethod
@@ -236,7 +235,7 @@ def _bound_annotations(
 
 @dataclasses.dataclass
 class QuotaDecision:
-    ledger: tenancy.QuotaLedger
+    ledger: quotas.QuotaLedger
     changed: bool  # the quota ledger must be written (with the read resourceVersion)
     refused: dict[str, str]  # replicas of covered namespaces it could not reserve, and why
     written: bool = True  # False: not what the ledger holds (its status is not written from it)
@@ -244,17 +243,17 @@ class QuotaDecision:
 
 def quota_terms(obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
     """An InferenceQuota's namespace selector and hard limits: devices per device class, and
-    cache storage in bytes (`tenancy.CACHE_STORAGE`) when it caps it."""
+    cache storage in bytes (`quotas.CACHE_STORAGE`) when it caps it."""
     spec = obj.get("spec") or {}
     hard_spec = spec.get("hard") or {}
     hard = {str(k): int(v) for k, v in (hard_spec.get("devices") or {}).items()}
     if hard_spec.get("cacheStorage") is not None:
-        hard[tenancy.CACHE_STORAGE] = tenancy.cache_bytes(hard_spec["cacheStorage"])
+        hard[quotas.CACHE_STORAGE] = quotas.cache_bytes(hard_spec["cacheStorage"])
     return dict(spec.get("namespaceSelector") or {}), hard
 
 
 def decide_quota(
-    state: tenancy.QuotaLedger,
+    state: quotas.QuotaLedger,
     quota: Mapping[str, Any],
     replicas: Sequence[Replica],
     namespaces: Mapping[str, Mapping[str, str]],
@@ -277,7 +276,7 @@ def decide_quota(
         and r.namespace in covering
     }
     changed = entries != state.entries or covering != state.namespaces or hard != state.hard
-    draft = tenancy.QuotaLedger(
+    draft = quotas.QuotaLedger(
         quota=state.quota,
         sequence=state.sequence,
         namespaces=covering,
@@ -288,11 +287,11 @@ def decide_quota(
     for r in sorted(replicas, key=lambda r: (r.created, r.key)):
         if r.namespace not in covering or r.key in draft.entries or r.key not in eligible:
             continue
-        why = tenancy.exceeds(draft, r.devices, r.namespace)
+        why = quotas.exceeds(draft, r.devices, r.namespace)
         if why:
             refused[r.key] = why
             continue
-        draft.entries[r.key] = tenancy.Reservation(
+        draft.entries[r.key] = quotas.Reservation(
             uid=r.uid, digest=r.state.digest, devices=dict(r.devices)
         )
         changed = True
@@ -313,11 +312,8 @@ def tenancy_refusals(
         if obj is None:
             continue
         fence = (obj.get("spec") or {}).get("namespaceSelector")
-        labels = tenancy.namespace_labels(
-            {"metadata": {"labels": dict(namespaces.get(r.namespace) or {})}}, r.namespace
-        )
-        if not tenancy.admits(fence, labels):
-            out[r.key] = tenancy.fence_message(r.cluster, r.namespace)
+        if not _tenant(r.namespace, namespaces).admitted_by(fence):
+            out[r.key] = admission.fence_message(r.cluster, r.namespace)
     return out
 
 
@@ -428,7 +424,7 @@ LEDGER_LOST = "LedgerLost"  # both copies gone after the binder counted a commit
 @dataclasses.dataclass(frozen=True)
 class Copy(Generic[LedgerT]):
     """One of a ledger's ConfigMaps as read: its resourceVersion, and the ledger it holds or
-    why it cannot be read (plnt.ledger_parse, the reading every reader shares)."""
+    why it cannot be read (plnt.capacity.ledger_parse, the reading every reader shares)."""
 
     version: str
     read: LedgerT | UnreadableLedgerError
@@ -439,7 +435,8 @@ class Closed:
     """Why nothing binds on a cluster (or in a quota's namespaces), and the last ledger sequence
     the binder counted there."""
 
-    reason: str  # a plnt.ledger_parse reason (a copy does not read), LEDGER_DIVERGED or LEDGER_LOST
+    # a plnt.capacity.ledger_parse reason (a copy does not read), LEDGER_DIVERGED or LEDGER_LOST
+    reason: str
     message: str
     sequence: int = 0
     # The replicas the copies that still read hold (None: no copy reads). A proposal outside it
@@ -579,14 +576,12 @@ def covered(
     """The namespaces an InferenceQuota covers now (its selector over their labels)."""
     selector, _ = quota_terms(quota)
     every = set(namespaces) | {r.namespace for r in replicas}
-    return sorted(
-        n
-        for n in every
-        if tenancy.admits(
-            selector,
-            tenancy.namespace_labels({"metadata": {"labels": dict(namespaces.get(n) or {})}}, n),
-        )
-    )
+    return sorted(n for n in every if _tenant(n, namespaces).admitted_by(selector))
+
+
+def _tenant(namespace: str, namespaces: Mapping[str, Mapping[str, str]]) -> Tenant:
+    """A namespace as the binder lists it (its labels), for fences and quota selectors."""
+    return Tenant.of(namespace, {"metadata": {"labels": dict(namespaces.get(namespace) or {})}})
 
 
 def bind_all(
@@ -650,15 +645,15 @@ def preview(replicas: list[dict[str, Any]], required: list[dict[str, Any]]) -> P
         name: (o["metadata"].get("labels") or {})
         for name, o in _named(required, "Namespace").items()
     }
-    quotas = [o for o in required if o.get("kind") == "InferenceQuota"]
+    quota_ledgers = [o for o in required if o.get("kind") == "InferenceQuota"]
     others = [Replica.of(o) for o in required if o.get("kind") == "ModelReplica"]
     mine = [Replica.of(o) for o in replicas]
     fenced = tenancy_refusals(mine, clusters, namespaces)
     eligible = {r.key for r in [*others, *mine] if r.cluster in clusters} - set(fenced)
-    decided = _preview_quotas(quotas, others, mine, namespaces, eligible)
+    decided = _preview_quotas(quota_ledgers, others, mine, namespaces, eligible)
     refuse = {**quota_refusals(mine, decided), **fenced}
     out: dict[str, dict[str, str | None]] = {}
-    configmaps = [tenancy.quota_ledger_configmap(d.ledger, binding.LEDGER_NAMESPACE)
+    configmaps = [quotas.quota_ledger_configmap(d.ledger, ledger.LEDGER_NAMESPACE)
                   for d in decided]  # fmt: skip
     for name in sorted({r.cluster for r in mine} & set(clusters)):
         pools = pools_of(clusters[name], classes)
@@ -668,12 +663,12 @@ def preview(replicas: list[dict[str, Any]], required: list[dict[str, Any]]) -> P
             Ledger(cluster=name), here, pools, alive={r.uid for r in here}, refuse=refuse
         )
         out.update(decision.annotate)
-        configmaps.append(binding.ledger_configmap(decision.ledger))
+        configmaps.append(ledger.ledger_configmap(decision.ledger))
     return Preview(out, configmaps)
 
 
 def _preview_quotas(
-    quotas: list[dict[str, Any]],
+    quota_ledgers: list[dict[str, Any]],
     others: list[Replica],
     mine: list[Replica],
     namespaces: Mapping[str, Mapping[str, str]],
@@ -684,13 +679,13 @@ def _preview_quotas(
     ordered = [*others, *(dataclasses.replace(r, created="~" + r.created) for r in mine)]
     return [
         decide_quota(
-            tenancy.QuotaLedger(quota=q["metadata"]["name"]),
+            quotas.QuotaLedger(quota=q["metadata"]["name"]),
             q,
             ordered,
             namespaces,
             eligible=eligible,
         )
-        for q in sorted(quotas, key=lambda q: q["metadata"]["name"])
+        for q in sorted(quota_ledgers, key=lambda q: q["metadata"]["name"])
     ]
 
 

@@ -14,7 +14,11 @@ is a `UnreadableLedgerError` naming the ConfigMap, with a reason a condition can
 - `LedgerWrongSequence`: its numbers contradict each other (a negative sequence, or an entry
   committed at a later sequence than the ledger's own).
 
-Pure: no I/O. Objects are ConfigMaps as dicts (what Crossplane resolves) or their parts.
+Pure: no I/O. Objects are ConfigMaps as dicts (what Crossplane resolves) or their parts;
+`require_quota_ledgers` asks Crossplane for the quota ledgers a function reads.
+
+Invariant: every reader gets either the ledger the ConfigMap holds, or an
+`UnreadableLedgerError` with a reason; never an empty ledger in place of one that does not read.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from pydantic import BaseModel, ValidationError
 
-from plnt import binding, tenancy
+from plnt import xp
+from plnt.capacity import ledger, quotas
 
 LEDGER_MISSING = "LedgerMissing"
 LEDGER_CORRUPT = "LedgerCorrupt"
@@ -84,10 +90,10 @@ def _non_negative(sequence: int, configmap: str) -> None:
         )
 
 
-def parse_cluster_ledger(text: str | None, cluster: str, configmap: str) -> binding.Ledger:
+def parse_cluster_ledger(text: str | None, cluster: str, configmap: str) -> ledger.Ledger:
     """The ledger of `cluster` from the JSON text stored in `configmap` ("<namespace>/<name>")."""
-    raw = _json(text, configmap, binding.LEDGER_DATA_KEY)
-    parsed = _validated(binding.Ledger, raw, configmap, "a ledger")
+    raw = _json(text, configmap, ledger.LEDGER_DATA_KEY)
+    parsed = _validated(ledger.Ledger, raw, configmap, "a ledger")
     if parsed.cluster != cluster:
         raise UnreadableLedgerError(
             configmap,
@@ -106,10 +112,10 @@ def parse_cluster_ledger(text: str | None, cluster: str, configmap: str) -> bind
     return parsed
 
 
-def parse_quota_ledger(text: str | None, quota: str, configmap: str) -> tenancy.QuotaLedger:
+def parse_quota_ledger(text: str | None, quota: str, configmap: str) -> quotas.QuotaLedger:
     """The quota ledger of InferenceQuota `quota` from the JSON text stored in `configmap`."""
-    raw = _json(text, configmap, tenancy.QUOTA_DATA_KEY)
-    parsed = _validated(tenancy.QuotaLedger, raw, configmap, "a quota ledger")
+    raw = _json(text, configmap, quotas.QUOTA_DATA_KEY)
+    parsed = _validated(quotas.QuotaLedger, raw, configmap, "a quota ledger")
     if parsed.quota != quota:
         raise UnreadableLedgerError(
             configmap,
@@ -146,62 +152,82 @@ def _find(
 def cluster_ledger_of(
     configmaps: Sequence[Mapping[str, Any]],
     cluster: str,
-    namespace: str = binding.LEDGER_NAMESPACE,
-) -> binding.Ledger:
+    namespace: str = ledger.LEDGER_NAMESPACE,
+) -> ledger.Ledger:
     """The ledger of `cluster` among the ConfigMaps Crossplane resolved; raises
     `UnreadableLedgerError` (its reason and message) when it is missing or does not read."""
-    name = binding.ledger_name(cluster)
-    cm = _find(configmaps, name, namespace, binding.LEDGER_LABEL)
-    text = (cm.get("data") or {}).get(binding.LEDGER_DATA_KEY)
+    name = ledger.ledger_name(cluster)
+    cm = _find(configmaps, name, namespace, ledger.LEDGER_LABEL)
+    text = (cm.get("data") or {}).get(ledger.LEDGER_DATA_KEY)
     return parse_cluster_ledger(text, cluster, f"{namespace}/{name}")
 
 
 def quota_ledger_of(
     configmaps: Sequence[Mapping[str, Any]],
     quota: str,
-    namespace: str = binding.LEDGER_NAMESPACE,
-) -> tenancy.QuotaLedger:
+    namespace: str = ledger.LEDGER_NAMESPACE,
+) -> quotas.QuotaLedger:
     """The quota ledger of InferenceQuota `quota` among resolved ConfigMaps; raises
     `UnreadableLedgerError` when it is missing or does not read."""
-    name = tenancy.quota_ledger_name(quota)
-    cm = _find(configmaps, name, namespace, tenancy.QUOTA_LEDGER_LABEL)
-    text = (cm.get("data") or {}).get(tenancy.QUOTA_DATA_KEY)
+    name = quotas.quota_ledger_name(quota)
+    cm = _find(configmaps, name, namespace, quotas.QUOTA_LEDGER_LABEL)
+    text = (cm.get("data") or {}).get(quotas.QUOTA_DATA_KEY)
     return parse_quota_ledger(text, quota, f"{namespace}/{name}")
 
 
 def quota_ledgers_in(
-    configmaps: Sequence[Mapping[str, Any]], namespace: str = binding.LEDGER_NAMESPACE
-) -> tuple[list[tenancy.QuotaLedger], list[UnreadableLedgerError]]:
+    configmaps: Sequence[Mapping[str, Any]], namespace: str = ledger.LEDGER_NAMESPACE
+) -> tuple[list[quotas.QuotaLedger], list[UnreadableLedgerError]]:
     """Every quota ledger among the ConfigMaps labelled as one in `namespace` (what a reader
     that requires them by label gets), and what is wrong with each of the others: one that does
     not read says nothing about which namespaces it covers, so a reader must not take it for
     no quota."""
-    out: list[tenancy.QuotaLedger] = []
+    out: list[quotas.QuotaLedger] = []
     bad: list[UnreadableLedgerError] = []
     for cm in configmaps:
         meta = cm.get("metadata") or {}
         if (
             meta.get("namespace") != namespace
-            or (meta.get("labels") or {}).get(tenancy.QUOTA_LEDGER_LABEL) != "true"
+            or (meta.get("labels") or {}).get(quotas.QUOTA_LEDGER_LABEL) != "true"
         ):
             continue
         name = str(meta.get("name") or "")
         where = f"{namespace}/{name}"
-        text = (cm.get("data") or {}).get(tenancy.QUOTA_DATA_KEY)
+        text = (cm.get("data") or {}).get(quotas.QUOTA_DATA_KEY)
         try:
-            raw = _json(text, where, tenancy.QUOTA_DATA_KEY)
+            raw = _json(text, where, quotas.QUOTA_DATA_KEY)
             claimed = raw.get("quota") if isinstance(raw, dict) else None
             quota = claimed if isinstance(claimed, str) else ""
             parsed = parse_quota_ledger(text, quota, where)
-            if name != tenancy.quota_ledger_name(parsed.quota):
+            if name != quotas.quota_ledger_name(parsed.quota):
                 raise UnreadableLedgerError(
                     where,
                     LEDGER_MISPLACED,
                     f"holds the quota ledger of InferenceQuota {parsed.quota!r}, which is "
-                    f"kept in {tenancy.quota_ledger_name(parsed.quota)}",
+                    f"kept in {quotas.quota_ledger_name(parsed.quota)}",
                 )
         except UnreadableLedgerError as err:
             bad.append(err)
             continue
         out.append(parsed)
     return out, bad
+
+
+QUOTA_LEDGERS_REQUIREMENT = "quota-ledgers"
+
+
+def require_quota_ledgers(
+    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse
+) -> list[dict[str, Any]] | None:
+    """The binder's quota ledgers, which both the scheduler and the renderer check a
+    placement against; None until Crossplane answered."""
+
+    return xp.require(
+        req,
+        rsp,
+        QUOTA_LEDGERS_REQUIREMENT,
+        "v1",
+        "ConfigMap",
+        match_labels={quotas.QUOTA_LEDGER_LABEL: "true"},
+        namespace=ledger.LEDGER_NAMESPACE,
+    )

@@ -1,22 +1,22 @@
-"""What a ModelReplica asks for and whether the binder has committed it: the annotations and the
-ledger the ModelDeployment function (proposer), the binder (`plnt reconcile`) and the ModelReplica
-function (renderer) share.
+"""What a ModelReplica asks for and whether the binder has committed it: the annotations the
+ModelDeployment function (proposer), the binder (`plnt reconcile`) and the ModelReplica function
+(renderer) share, and `verify`, the one check of a binding against the ledgers.
 
-The ledger is the only proof of a binding. The binder commits a replica by writing an entry
-(its uid, digest and slots) into its cluster's ledger, a ConfigMap `plnt-ledger-<cluster>` in
-`plnt-system` that only the binder may write; the ModelReplica function requires that ConfigMap
-and renders a replica only when it holds an entry for exactly this namespace, name, uid and
-digest (`verify`). The annotations below are the binder's answers for people and for the
-ModelDeployment function; anything a tenant writes into them makes nothing bound, and a
-binding annotation the ledger does not back is reported as forged, replayed or stale. A ledger
-that cannot be read (plnt.ledger_parse) binds nothing and unbinds nothing: whether a replica is
-bound is then unknown (`verify`).
+The ledger (plnt.capacity.ledger) is the only proof of a binding. The binder commits a replica
+by writing an entry (its uid, digest and slots) into its cluster's ledger, a ConfigMap
+`plnt-ledger-<cluster>` in `plnt-system` that only the binder may write; the ModelReplica
+function requires that ConfigMap and renders a replica only when it holds an entry for exactly
+this namespace, name, uid and digest (`verify`). The annotations below are the binder's
+answers for people and for the ModelDeployment function; anything a tenant writes into them
+makes nothing bound, and a binding annotation the ledger does not back is reported as forged,
+replayed or stale. A ledger that cannot be read (plnt.capacity.ledger_parse) binds nothing and
+unbinds nothing: whether a replica is bound is then unknown (`verify`).
 
 - `plnt.work/pool-demand` (written by the ModelDeployment function): per pool, the pods the
   replica needs and what each asks of one node (`capacity.Pods`), as the scheduler counted it
   for its proposal. The binder never reads it: it sizes a commit from the spec and the pools'
-  classes (`plnt.demand.replica_demand`), so a hand-written demand commits nothing it does not
-  run.
+  classes (`plnt.capacity.demand.replica_demand`), so a hand-written demand commits nothing it does
+  not run.
 - `plnt.work/binding` (written by the binder after its ledger commit succeeded): the replica and
   uid it was written for, the digest of what was committed and the (virtual) node of every pod.
   It tells the ModelDeployment what the binder answered; it is never what renders a replica.
@@ -28,6 +28,10 @@ bound is then unknown (`verify`).
 The digest covers the whole spec but Crossplane's own references (`digest`): everything that
 changes what runs, so a replica edited after its commit (an image, resources, copies, a pool) is
 not bound any more.
+
+Invariant: `verify` says Bound only when the cluster's ledger holds an entry for exactly the
+replica's namespace, name, uid and digest and every quota ledger covering its namespace reserves
+exactly it; nothing a tenant writes on its own objects changes the answer.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from plnt import capacity, names, tenancy
+from plnt import capacity
+from plnt.capacity import quotas
+from plnt.capacity.ledger import Entry, Ledger
 
 DEMAND = "plnt.work/pool-demand"
 BINDING = "plnt.work/binding"
@@ -53,11 +59,6 @@ PENDING = "Pending"
 REFUSED_STATE = "Refused"
 UNBACKED = "Unbacked"  # a binding annotation the ledger does not back (see `verify`)
 UNKNOWN = "Unknown"  # a ledger it depends on cannot be read (see `verify`)
-
-# The ledger: where the binder keeps it, and how the ModelReplica function finds it.
-LEDGER_NAMESPACE = "plnt-system"  # the binder's default namespace; tenants cannot write in it
-LEDGER_LABEL = "plnt.work/ledger"
-LEDGER_DATA_KEY = "ledger.json"
 
 # Why a binding annotation is not honoured (the ModelReplica's Bound condition and a Warning)
 BINDING_FORGED = "BindingForged"
@@ -93,51 +94,6 @@ class RefusalRecord(_Strict):
     message: str
 
 
-class Entry(BaseModel):
-    """One committed replica in a cluster's ledger."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    uid: str
-    digest: str
-    slots: dict[str, list[list[Any]]]
-    sequence: int = 0  # the ledger's sequence when this entry was committed
-    devices: dict[str, int] = Field(default_factory=dict)  # per device class (quotas)
-
-    def parsed_slots(self) -> dict[str, tuple[capacity.Slot, ...]]:
-        return capacity.slots_from_json(self.slots)
-
-
-class Ledger(BaseModel):
-    """A cluster's ledger: every replica committed to it, by "<namespace>/<name>"."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    cluster: str
-    # One more on every write (writes are compare-and-swap, so the sequence is the ledger's
-    # history): a fleet view says which sequence it counted, a binding when it was committed.
-    sequence: int = 0
-    entries: dict[str, Entry] = Field(default_factory=dict)
-
-
-def ledger_name(cluster: str) -> str:
-    return names.dns_subdomain("plnt-ledger", cluster)
-
-
-def ledger_configmap(state: Ledger, namespace: str = LEDGER_NAMESPACE) -> dict[str, Any]:
-    """The ConfigMap the binder keeps `state` in."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": ledger_name(state.cluster),
-            "namespace": namespace,
-            "labels": {LEDGER_LABEL: "true"},
-        },
-        "data": {LEDGER_DATA_KEY: state.model_dump_json(exclude_defaults=True)},
-    }
-
-
 def devices_of(obj: Mapping[str, Any]) -> dict[str, int]:
     """The DRA devices a replica holds, per device class: every member's device requests times
     its pods (a Worker's nodes) times the engine's copies. What quotas count."""
@@ -161,7 +117,9 @@ class State:
     demand: Mapping[str, tuple[capacity.Pods, ...]]
     slots: Mapping[str, tuple[capacity.Slot, ...]] | None = None  # when bound
     message: str = ""  # refusal, why the binding annotation is not honoured, what is unreadable
-    reason: str = ""  # UNBACKED: BINDING_FORGED/_REPLAYED/_STALE; UNKNOWN: plnt.ledger_parse's
+    reason: str = (
+        ""  # UNBACKED: BINDING_FORGED/_REPLAYED/_STALE; UNKNOWN: plnt.capacity.ledger_parse's
+    )
     over_committed: str = ""
     ledger: int = 0  # when bound: the ledger sequence of the commit
 
@@ -170,7 +128,7 @@ def demand_of(obj: Mapping[str, Any]) -> dict[str, tuple[capacity.Pods, ...]]:
     """The demand the replica's proposer wrote: its annotation; else, for a replica made by
     hand, a whole node per pod of every member with device requests. What the ModelDeployment
     function counts for proposals not committed yet; the binder never reads it (it sizes a
-    commit from the spec: plnt.demand)."""
+    commit from the spec: plnt.capacity.demand)."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     raw = annotations.get(DEMAND)
@@ -258,8 +216,8 @@ def _answered_digest(annotations: Mapping[str, Any]) -> str:
 
 
 class Unreadable(Protocol):
-    """A ledger that cannot be read (plnt.ledger_parse.UnreadableLedgerError, which sits above
-    this module): its reason and a message naming the ConfigMap and what is wrong with it."""
+    """A ledger that cannot be read (plnt.capacity.ledger_parse.UnreadableLedgerError, which sits
+    above this module): its reason and a message naming the ConfigMap and what is wrong with it."""
 
     reason: str
 
@@ -270,7 +228,7 @@ class Unreadable(Protocol):
 def verify(
     obj: Mapping[str, Any],
     ledger: Ledger | Unreadable | None,
-    quotas: Sequence[tenancy.QuotaLedger] = (),
+    quota_ledgers: Sequence[quotas.QuotaLedger] = (),
     unreadable_quotas: Sequence[Unreadable] = (),
 ) -> State:
     """What renders a replica: Bound only when `ledger` (its cluster's, as Crossplane read it)
@@ -278,9 +236,9 @@ def verify(
     Else a binder's refusal, Pending, or, when a binding annotation claims what the ledger does
     not hold, Unbacked with the reason: forged (no such commit), replayed (written for another
     replica, namespace or an earlier replica of this name) or stale (for an earlier spec or
-    another cluster). `quotas`: the quota ledgers; each covering the replica's namespace must
-    reserve exactly it too (plnt.tenancy), else it is not bound yet. None: no ledger, nothing
-    committed on the cluster.
+    another cluster). `quota_ledgers`: the quota ledgers; each covering the replica's namespace must
+    reserve exactly it too (plnt.capacity.quotas), else it is not bound yet. None: no ledger,
+    nothing committed on the cluster.
 
     Unknown (the reader's reason, the message naming each ConfigMap and what is wrong) when a
     ledger it depends on cannot be read: its cluster's ledger, or, for a replica that ledger
@@ -298,7 +256,9 @@ def verify(
     if entry is not None and entry.uid == uid and entry.digest == claimed.digest:
         if unreadable_quotas:
             return _unknown(claimed, unreadable_quotas)
-        return _committed(claimed, entry, _unreserved(quotas, namespace, key, uid, claimed.digest))
+        return _committed(
+            claimed, entry, _unreserved(quota_ledgers, namespace, key, uid, claimed.digest)
+        )
     raw = ((meta.get("annotations") or {}).get(BINDING)) or ""
     if not raw:
         if claimed.state == REFUSED_STATE:
@@ -311,12 +271,12 @@ def verify(
 
 
 def _unreserved(
-    quotas: Sequence[tenancy.QuotaLedger], namespace: str, key: str, uid: str, digest_: str
+    quota_ledgers: Sequence[quotas.QuotaLedger], namespace: str, key: str, uid: str, digest_: str
 ) -> list[str]:
-    """The quotas covering the namespace that do not reserve exactly this replica."""
+    """The quota_ledgers covering the namespace that do not reserve exactly this replica."""
     return [
         q.quota
-        for q in quotas
+        for q in quota_ledgers
         if namespace in q.namespaces and not _reserves(q.entries.get(key), uid, digest_)
     ]
 
@@ -402,7 +362,7 @@ def _unbacked(
     )
 
 
-def _reserves(r: tenancy.Reservation | None, uid: str, digest_: str) -> bool:
+def _reserves(r: quotas.Reservation | None, uid: str, digest_: str) -> bool:
     return r is not None and r.uid == uid and r.digest == digest_
 
 

@@ -15,6 +15,10 @@ the DRA allocator's to enforce on the cluster. A Synthetic device is never in a 
 devices holds all of them on its node, which is what the scheduler charges for a Synthetic
 match too. On a pool whose class is unknown (not found, or offering nothing) a pod with device
 requests takes a whole node, the most any pod can take.
+
+Invariant: a commit is sized from the replica's spec and its pools' classes alone, so the
+scheduler's proposal and the binder's commit count the same pods, and nothing in annotations
+changes either.
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
-"""Who may place what, where and how much: cluster fences and InferenceQuotas, as the scheduler
-(functions/model_deployment), the binder (plnt/reconcile) and the ModelReplica function read them.
+"""Quotas: how much the namespaces an InferenceQuota selects may hold together, fleet-wide.
 
-- A fence: an InferenceCluster's `spec.namespaceSelector` (a label selector over Namespace
-  labels; absent admits every namespace). `admits` is the one reading of it.
-- A quota: an InferenceQuota (cluster-scoped) caps the devices, per DRA device class, that the
-  namespaces its `namespaceSelector` selects hold together, fleet-wide (`spec.hard.devices`).
-  The binder keeps, per quota, a quota ledger (`plnt-quota-<name>` in plnt-system, written by
-  compare-and-swap like a cluster's ledger): the namespaces it covered when written, its hard
-  limits, and a reservation per replica it admitted (uid, digest, devices). Reservations are
-  decided on that one object, so they never sum past `hard` under any interleaving; a replica in
-  a covered namespace is bound only when its cluster's ledger commits it *and* every quota
-  ledger covering its namespace reserves it (`plnt.binding.verify`).
-- Cache storage: `spec.hard.cacheStorage` caps the bytes the covered namespaces' ModelCaches
-  claim (their `spec.size`), reserved in the same quota ledger as devices, under the key
-  `CACHE_STORAGE`; a ModelCache composes its volume only when every quota ledger capping cache
-  storage in its namespace reserves it (`cache_unreserved`).
+An InferenceQuota (cluster-scoped) caps the devices, per DRA device class, that the namespaces
+its `namespaceSelector` selects hold together (`spec.hard.devices`), and the bytes their
+ModelCaches claim (`spec.hard.cacheStorage`, their `spec.size`). The binder keeps, per quota, a
+quota ledger (`plnt-quota-<name>` in plnt-system, written by compare-and-swap like a cluster's
+ledger, plnt.capacity.ledger): the namespaces it covered when written, its hard limits, and a
+reservation per replica or cache it admitted (uid, digest, devices). Cache storage is reserved
+in the same quota ledger as devices, under the key `CACHE_STORAGE`; a ModelCache composes its
+volume only when every quota ledger capping cache storage in its namespace reserves it
+(`cache_unreserved`).
+
+Invariant: what a quota ledger reserves never sums past its `hard` limits. Reservations are
+decided on that one object, so no interleaving of writers breaks it; a replica in a covered
+namespace is bound only when its cluster's ledger commits it *and* every quota ledger covering
+its namespace reserves it (`plnt.capacity.binding.verify`). `exceeds` is the one answer to "how much
+may this namespace hold": the binder reserves by it and the ModelDeployment function proposes by it.
 """
 
 from __future__ import annotations
@@ -35,41 +35,6 @@ CACHE_STORAGE = "cacheStorage"
 CACHE_KEY_PREFIX = "modelcache:"
 QUOTA_LEDGER_LABEL = "plnt.work/quota-ledger"
 QUOTA_DATA_KEY = "quota.json"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # every Namespace carries it
-
-
-def admits(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """A Kubernetes label selector (matchLabels, matchExpressions) on `labels`; None or absent
-    selects everything, an empty selector too (as Kubernetes reads one)."""
-    if not selector:
-        return True
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for req in selector.get("matchExpressions") or []:
-        key, op = req.get("key", ""), req.get("operator", "")
-        values = req.get("values") or []
-        present = key in labels
-        holds = {
-            "In": present and labels.get(key) in values,
-            "NotIn": not present or labels.get(key) not in values,
-            "Exists": present,
-            "DoesNotExist": not present,
-        }.get(op, False)
-        if not holds:
-            return False
-    return True
-
-
-def namespace_labels(namespace: Mapping[str, Any] | None, name: str) -> dict[str, str]:
-    """A Namespace's labels; the name label Kubernetes sets on every one is always there."""
-    labels = dict(((namespace or {}).get("metadata") or {}).get("labels") or {})
-    labels[NAMESPACE_NAME_LABEL] = name
-    return labels
-
-
-def fence_message(cluster: str, namespace: str) -> str:
-    return f"cluster {cluster} does not admit namespace {namespace}"
 
 
 class Reservation(BaseModel):
