@@ -133,7 +133,9 @@ def degradation(obj: Mapping[str, Any]) -> Degraded | None:
     return None
 
 
-def nudge(degraded: Degraded | None) -> str:
-    """What the binder writes on a replica of a cluster so that its ModelDeployment reconciles
-    when the cluster's health changes: a token of the state, nothing more."""
-    return "healthy" if degraded is None else f"degraded-{int(degraded.since)}-{degraded.reason}"
+def nudge(degraded: Degraded | None, *, ledger_closed: bool = False) -> str:
+    """What the binder writes on a replica of a cluster so that it and its ModelDeployment
+    reconcile when the cluster's health, or whether its ledger reads, changes: a token of the
+    state, nothing more."""
+    token = "healthy" if degraded is None else f"degraded-{int(degraded.since)}-{degraded.reason}"
+    return f"{token}-ledger-closed" if ledger_closed else token

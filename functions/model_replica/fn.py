@@ -44,7 +44,9 @@ the WorkflowRun above tells the weights' staging (PullingWeights) from the engin
 function (a composed resource's does), so while any engine's pods are watched it asks to be
 called again within ``PODS_TTL_S`` rather than the SDK's 60 s: a pod that turns unschedulable
 (its node gone, say) is reported within seconds, and its deployment's failover clock starts
-then (docs/scheduler.md, "Capacity follows the nodes").
+then (docs/scheduler.md, "Capacity follows the nodes"). At rest (every copy available, everything
+Ready, an endpoint) it asks for ``REST_TTL_S`` instead: what changes a serving replica (its
+composed resources, the binder's annotations, a cluster's health nudge) calls it regardless.
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     replica, cache_wait = replica_of(rsp, inputs, inputs.cluster.get("status") or {})
     progress = compose_all(req, rsp, replica, inputs.observed, cache_wait)
     write_status(rsp, replica, inputs.cluster.get("status") or {}, progress)
+    if at_rest(rsp, progress):
+        rsp.meta.ttl.FromMilliseconds(int(REST_TTL_S * 1000))
     return rsp
 
 
@@ -257,6 +261,20 @@ def write_status(
 
 # How soon the function asks to be called again while it watches an engine's pods
 PODS_TTL_S = 10.0
+# ... and once everything it composed is Ready and it has an endpoint: what changes then calls it
+# anyway (its composed resources, the binder's annotations on it, a cluster's health nudge), so
+# the reconcile that only re-applies an unchanged desired state comes rarely
+REST_TTL_S = 300.0
+
+
+def at_rest(rsp: fnv1.RunFunctionResponse, progress: list[EngineProgress]) -> bool:
+    """Every engine's copies available, every composed resource Ready, an endpoint."""
+    status = xp.to_dict(rsp.desired.composite.resource).get("status") or {}
+    return (
+        bool(status.get("endpoint"))
+        and not any(p.wait for p in progress)
+        and all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
+    )
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Generic
 
 import pydantic
@@ -523,7 +523,7 @@ class Binder:
             self._report_cluster(clusters[name], outcome.closed, outcome.rebuilt)
         self._refuse_unknown_clusters(replicas, set(clusters))
         self.write_view(clusters, classes, committed, closed, cms)
-        self.nudge(clusters, replicas)
+        self.nudge(clusters, replicas, set(closed))
         for d in decided:
             if d.written:
                 self.write_quota_status(quotas[d.ledger.quota], d.ledger)
@@ -648,13 +648,19 @@ class Binder:
                 log.warning("cluster %s: tenant namespaces not written: HTTP %s", name, err.status)
 
     def nudge(
-        self, clusters: Mapping[str, Mapping[str, Any]], replicas: Iterable[commit.Replica]
+        self,
+        clusters: Mapping[str, Mapping[str, Any]],
+        replicas: Iterable[commit.Replica],
+        closed: Collection[str] = (),
     ) -> None:
-        """Marks each replica of a cluster whose health changed (after the fleet view carries
-        it), so its ModelDeployment reconciles now rather than at its next poll: the mark is a
-        trigger (a tenant may write it too), never read as health."""
+        """Marks each replica of a cluster whose health, or whether its ledger reads, changed
+        (after the fleet view carries it), so it and its ModelDeployment reconcile now rather
+        than at their next poll: a serving replica polls rarely. The mark is a trigger (a
+        tenant may write it too), never read as health or as a binding."""
         tokens = {
-            name: cluster_health.nudge(cluster_health.degradation(obj))
+            name: cluster_health.nudge(
+                cluster_health.degradation(obj), ledger_closed=name in closed
+            )
             for name, obj in clusters.items()
         }
         for r in replicas:

@@ -295,6 +295,18 @@ def test_not_ready_while_copies_are_missing() -> None:
     assert "0/1 copies available" in condition(rsp, "WorkloadsReady").message
 
 
+def test_a_serving_replica_asks_to_be_called_rarely_and_one_converging_often() -> None:
+    assert run(READY.xr, READY.required, READY.observed).meta.ttl.seconds == fn.REST_TTL_S
+    observed = copy.deepcopy(READY.observed)
+    for o in observed:
+        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME] == "serving-httproute":
+            o["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    assert run(READY.xr, READY.required, observed).meta.ttl.seconds == 60  # the SDK's
+    cluster = copy.deepcopy(READY.required[0])
+    cluster["status"]["gateway"] = {}  # no endpoint yet
+    assert run(READY.xr, [cluster], READY.observed).meta.ttl.seconds == 60
+
+
 # --- a gang: Leader + Worker as a LeaderWorkerSet ------------------------------------------
 
 

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from plnt import capacity, workload_cluster
+from plnt import capacity, cluster_health, workload_cluster
 from plnt.capacity import binding, commit, fleet_view, ledger, quotas
 from plnt.reconcile import binder, kube
 from tests.reconcile.apiserver import RECONCILER_TOKEN, REPO
@@ -568,6 +568,11 @@ def _ahead(text: str) -> str:
     return json.dumps(body)
 
 
+def _nudge(kube_apiserver, namespace: str) -> str | None:
+    obj = kube_apiserver.admin.get(f"/apis/{GV}/namespaces/{namespace}/modelreplicas/r-0").json()
+    return (obj["metadata"].get("annotations") or {}).get(cluster_health.REPLICA_NUDGE)
+
+
 @pytest.mark.parametrize(
     ("damage", "reason", "fault"),
     [
@@ -616,12 +621,15 @@ def test_an_unreadable_ledger_closes_its_cluster_until_it_is_repaired(
     assert view.ledger == outcome.closed.sequence == (2 if reason == "LedgerDiverged" else 1)
     after = _configmap(kube_apiserver, binder.record_name(cluster_name))
     assert after["metadata"]["resourceVersion"] == record["metadata"]["resourceVersion"]
+    # the serving replica is nudged, so it says at once that its binding cannot be verified
+    assert _nudge(kube_apiserver, serving) == cluster_health.nudge(None, ledger_closed=True)
     b.bind_once()  # a second pass says nothing new
     assert len(_events(kube_apiserver, cluster_name)) == 1
 
     assert kube_apiserver.admin.delete(f"{CONFIGMAPS}/{published}").status_code == 200
     outcome = _outcome(b, cluster_name)
     assert (outcome.closed, outcome.bound) == (None, 2)
+    assert _nudge(kube_apiserver, serving) == cluster_health.nudge(None)
     assert outcome.rebuilt == f"{where} from plnt-system/{binder.record_name(cluster_name)}"
     assert {e[1] for e in _events(kube_apiserver, cluster_name)} == {
         reason,

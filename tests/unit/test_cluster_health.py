@@ -129,3 +129,10 @@ def test_the_nudge_changes_with_the_state_only() -> None:
     a = cluster_health.Degraded(T0, "TimedOut", "one message")
     b = cluster_health.Degraded(T0, "TimedOut", "another message")
     assert cluster_health.nudge(a) == cluster_health.nudge(b) != cluster_health.nudge(None)
+
+
+def test_a_closed_ledger_changes_the_nudge_whatever_the_health() -> None:
+    healthy = cluster_health.nudge(None)
+    closed = cluster_health.nudge(None, ledger_closed=True)
+    assert len({healthy, closed}) == 2
+    assert cluster_health.nudge(None, ledger_closed=False) == healthy
