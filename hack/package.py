@@ -16,7 +16,9 @@ How an image is made, and why:
   *inside a chroot of that rootfs*, so paths, shebangs and the interpreter are the image's own.
   Each install goes to its own ``--root`` and becomes one layer: third-party dependencies (shared
   by every function), the reconciler's extra (the Kubernetes client, only in its image) and plnt
-  itself (the only layer most commits change). Bytecode is compiled with unchecked hashes, so it
+  itself (the only layer most commits change). The plnt layer leaves out what no function runs
+  (``NOT_IN_IMAGES``: benchmarks, the test engine; ``RECONCILER_ONLY``: the reconciler's package,
+  a last layer of the reconciler's image only). Bytecode is compiled with unchecked hashes, so it
   stays valid under a read-only root and the layers are byte-for-byte reproducible.
 - ``umoci`` (Debian's) assembles the OCI layout and sets each image's config: platform
   linux/amd64, user 65532, entrypoint ``plnt function``, the function's name as the command, port
@@ -82,6 +84,12 @@ NONROOT = "65532:65532"
 FUNCTION_PORT = "9443/tcp"
 RECONCILER_PORT = "8081/tcp"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What the images take of plnt's own wheel (paths under site-packages). A function image carries
+# only what functions run: the benchmarks and the test engine stay in the wheel, for `plnt bench`
+# and the tests of a development install, and out of every image; the reconciler's package is a
+# layer of its own, in the reconciler's image only.
+NOT_IN_IMAGES = ("plnt_host/bench", "plnt/gate/fake_server.py")
+RECONCILER_ONLY = ("plnt/reconcile",)
 
 
 # --- what to build -------------------------------------------------------------------------
@@ -378,12 +386,48 @@ def layer_tar(directory: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     return replace_atomically(tmp, out)
 
 
+def take_out(installed: pathlib.Path, paths: Sequence[str], into: pathlib.Path | None) -> None:
+    """Moves each site-packages path in `paths` out of an install, bytecode included: into the
+    same place under `into` (a layer of its own), or, with None, away, dropping its lines from
+    the wheel's RECORD so the install lists what it holds."""
+    site = installed / SITE_PACKAGES
+    gone: list[str] = []
+    for rel in paths:
+        source = site / rel
+        moved = [source]
+        if source.suffix == ".py":
+            moved += sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc"))
+        for path in moved:
+            if not path.exists():
+                raise SystemExit(f"package: {path.relative_to(installed)} is not in the wheel")
+            if into is not None:
+                target = into / path.relative_to(installed)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(path, target)
+            elif path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        gone.append(rel)
+    if into is not None:
+        return
+    for record in site.glob("*.dist-info/RECORD"):
+        kept = [
+            line
+            for line in record.read_text().splitlines()
+            if not any(line.split(",", 1)[0] in (g, g + "/") or line.startswith(g + "/")
+                       for g in gone)
+        ]  # fmt: skip
+        record.write_text("".join(line + "\n" for line in kept))
+
+
 @dataclass(frozen=True)
 class Layers:
     base: pathlib.Path
     deps: pathlib.Path
     reconciler_deps: pathlib.Path
-    plnt: pathlib.Path
+    plnt: pathlib.Path  # plnt's wheel without NOT_IN_IMAGES and RECONCILER_ONLY
+    reconciler: pathlib.Path  # RECONCILER_ONLY
 
 
 def python_layers(base: pathlib.Path, wheels: pathlib.Path, wheel: pathlib.Path) -> Layers:
@@ -392,22 +436,33 @@ def python_layers(base: pathlib.Path, wheels: pathlib.Path, wheel: pathlib.Path)
     available = sorted(p.name for p in wheels.glob("*.whl"))
     deps = cache / f"deps-{digest(base.name, *available, *runtime_reqs)}.tar"
     rdeps = cache / f"reconciler-deps-{digest(deps.name, *reconciler_reqs)}.tar"
-    own = cache / f"plnt-{digest(deps.name, wheel_digest(wheel))}.tar"
-    if not (deps.is_file() and rdeps.is_file() and own.is_file()):
+    own = (
+        cache
+        / f"plnt-{digest(deps.name, wheel_digest(wheel), *NOT_IN_IMAGES, *RECONCILER_ONLY)}.tar"
+    )
+    rown = cache / f"reconciler-package-{digest(own.name)}.tar"
+    if not all(p.is_file() for p in (deps, rdeps, own, rown)):
         chroot = Chroot(base, wheels, BUILD / "work")
         chroot.add(wheel)
         if not deps.is_file():
             layer_tar(chroot.install("deps", runtime_reqs), deps)
-        if not own.is_file():
-            layer_tar(chroot.install("plnt", [f"{WORK}/wheels/{wheel.name}"], deps=False), own)
+        if not (own.is_file() and rown.is_file()):
+            installed = chroot.install("plnt", [f"{WORK}/wheels/{wheel.name}"], deps=False)
+            take_out(installed, NOT_IN_IMAGES, None)
+            apart = BUILD / "work" / "reconciler"
+            shutil.rmtree(apart, ignore_errors=True)
+            take_out(installed, RECONCILER_ONLY, apart)
+            layer_tar(installed, own)
+            layer_tar(apart, rown)
+            shutil.rmtree(apart)
         if not rdeps.is_file():
             chroot.merge(deps)  # so pip adds only what the extra needs beyond the shared layer
             layer_tar(chroot.install("reconciler", reconciler_reqs), rdeps)
         shutil.rmtree(chroot.root)
     for stale in cache.glob("*.tar"):
-        if stale not in (deps, rdeps, own):
+        if stale not in (deps, rdeps, own, rown):
             stale.unlink()
-    return Layers(base=base, deps=deps, reconciler_deps=rdeps, plnt=own)
+    return Layers(base=base, deps=deps, reconciler_deps=rdeps, plnt=own, reconciler=rown)
 
 
 # --- OCI images with umoci -------------------------------------------------------------------
@@ -672,7 +727,7 @@ def build(release: Release, wanted: set[str], dist: pathlib.Path) -> Report:
         function_stack = [("base", layers.base), ("deps", layers.deps), ("plnt", layers.plnt)]
         function_image = layout.stack(function_stack)
         reconciler_stack = [*function_stack[:2], ("reconciler-deps", layers.reconciler_deps)]
-        reconciler_stack.append(("plnt", layers.plnt))
+        reconciler_stack += [("plnt", layers.plnt), ("reconciler", layers.reconciler)]
         report.timed("oci layers", t)
         t = time.monotonic()
         for name in release.functions:
