@@ -20,6 +20,7 @@ from plnt.reconcile import binder, kube, reads
 from plnt.reconcile.reflector import NotCurrentError, Reflector
 from tests.reconcile.apiserver import ADMIN_TOKEN, RECONCILER_TOKEN
 from tests.reconcile.test_binder import (  # noqa: F401 - fixtures
+    bound_gpus,
     cluster_name,
     fleet_crds,
     make_replica,
@@ -293,3 +294,27 @@ def test_a_watched_pass_at_rest_lists_nothing(kube_apiserver, api, watched, clus
     other = make_replica(kube_apiserver, cluster_name, 2)
     until(lambda: any(o.cluster == cluster_name and o.bound == 2 for o in b.bind_once()))
     assert states(kube_apiserver, [other])[other].state == binding.BOUND
+
+
+def test_a_stale_cache_costs_a_conflict_never_a_write(kube_apiserver, api, watched, cluster_name):  # noqa: F811
+    def cached(team: str) -> bool:
+        return any(o["metadata"]["namespace"] == team for o in watched.objects("modelreplicas"))
+
+    first = make_replica(kube_apiserver, cluster_name, 5)
+    until(lambda: cached(first))
+    # The ledgers' cache stops here: it never hears of the commit another binder makes next.
+    watched.reflectors["configmaps"].close()
+    binder.Binder(api).bind_once()
+    assert states(kube_apiserver, [first])[first].state == binding.BOUND
+    second = make_replica(kube_apiserver, cluster_name, 5)
+    until(lambda: cached(second))
+    b = binder.Binder(api, reads=watched)
+    (outcome,) = [o for o in b.bind_once() if o.cluster == cluster_name]
+    # Decided from no ledger, it tries to create one holding both: refused, it reads the ledger
+    # fresh and decides again from what the other binder committed.
+    assert outcome.conflicts == 1
+    found = states(kube_apiserver, [first, second])
+    assert (found[first].state, found[second].state) == (binding.BOUND, binding.REFUSED_STATE)
+    assert bound_gpus(found) == 5
+    state = binder.Binder(api).read_ledger(cluster_name).state
+    assert state is not None and sorted(state.entries) == [f"{first}/r-0"]
