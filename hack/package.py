@@ -235,9 +235,19 @@ def base_layer() -> pathlib.Path:
 
 
 def pinned_environment() -> str:
-    """The versions the development virtualenv runs (and the tests passed with), as constraints."""
+    """The versions the development virtualenv runs (and the tests passed with), as constraints.
+    plnt itself is never one: it is installed editable, but with the checkout on PYTHONPATH pip
+    also lists it from the plnt.egg-info a wheel build leaves there, and a pin of it would both
+    change the wheelhouse's key and refuse a build at another version."""
     listing = run(sys.executable, "-m", "pip", "list", "--format=freeze", "--exclude-editable")
-    return "".join(sorted(line + "\n" for line in listing.stdout.splitlines() if "==" in line))
+    own = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
+    return "".join(
+        sorted(
+            line + "\n"
+            for line in listing.stdout.splitlines()
+            if "==" in line and line.split("==")[0].lower() != own.lower()
+        )
+    )
 
 
 def wheelhouse() -> pathlib.Path:
