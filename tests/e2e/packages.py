@@ -33,7 +33,9 @@ The pieces, all inside the e2e network namespace of a bare ControlPlane (Crosspl
   Deployment object, and runs the image's entrypoint with the runtime config's arguments under
   runc as the pod user, with a token of that ServiceAccount (TokenRequest) and the API server's
   CA where in-cluster clients read them and nothing else to authenticate with; then
-  `RuntimeHealthy=True`.
+  `RuntimeHealthy=True`. provider-kubernetes, the one other provider that can run here, gets
+  the same ServiceAccount and Deployment from its runtime config, and its controller runs as a
+  local process with that config's container arguments.
 """
 
 from __future__ import annotations
@@ -59,7 +61,13 @@ import yaml
 
 from plnt_host import procs as plnt_procs
 from tests.e2e import images, kube, live
-from tests.e2e.stack import CROSSPLANE_NAMESPACE, TOOL_CRDS, ControlPlane, _now
+from tests.e2e.stack import (
+    CROSSPLANE_NAMESPACE,
+    TOOL_CRDS,
+    ControlPlane,
+    _now,
+    install_docs,
+)
 from tests.images import oci
 from tests.reconcile.apiserver import REPO, TOOLS, free_port
 
@@ -67,7 +75,6 @@ CRANE = TOOLS / "crane"
 CRANK = TOOLS / "crank"
 PUBLIC_REGISTRY = "xpkg.crossplane.io/"  # where crossplane.yaml says every package lives
 PLNT_REGISTRY = PUBLIC_REGISTRY + "plnt/"
-INSTALL = REPO / "package" / "install"  # README: `kubectl apply -f package/install/`
 # What Crossplane's Deployment runtime sets up for a provider's pod (v2.3: its ProviderHooks and
 # DeploymentRuntimeBuilder): the container it configures, the pod user, and where a
 # ServiceAccount's token is mounted for in-cluster clients.
@@ -75,6 +82,7 @@ RUNTIME_CONTAINER = "package-runtime"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_SECONDS = 24 * 3600
 LOCAL_PROVIDER = "provider-kubernetes"  # the process name the stack gives it
+RECONCILER_IMAGE_CONFIG = "plnt-reconciler"  # package/install/package-runtime.yaml's
 PKG = "pkg.crossplane.io/v1"
 IMAGE_CONFIG = "plnt-e2e-loopback-registry"
 DIST = REPO / "build" / "e2e-dist"
@@ -358,6 +366,8 @@ class PackageRuntime:
         self.endpoints: dict[str, str] = {}  # Function name -> 127.0.0.1:port
         self.started_from: dict[str, str] = {}  # Function name -> image ref or "process"
         self.providers: dict[str, RunningProvider] = {}  # by ProviderRevision name
+        # the local providers' (provider-kubernetes), by ProviderRevision name
+        self.local: dict[str, RunningProvider] = {}
         self.function_revisions: dict[str, str] = {}  # Function name -> the revision served
         self.errors: list[str] = []
         self.stopping = threading.Event()
@@ -426,10 +436,8 @@ class PackageRuntime:
             want["endpoint"] = self.endpoints[parent]
         elif is_plnt(spec.get("image") or "") and name not in self.providers:
             self._start_provider(revision, parent, status["resolvedImage"])
-        elif (
-            parent in self.local_providers and "provider-kubernetes" not in self.plane.procs.running
-        ):
-            self.plane._start_provider_kubernetes()  # the one provider this can run
+        elif parent in self.local_providers and LOCAL_PROVIDER not in self.plane.procs.running:
+            self._start_local_provider(revision, parent, status["resolvedImage"])
         conditions = status.get("conditions") or []
         healthy = any(c["type"] == "RuntimeHealthy" and c["status"] == "True" for c in conditions)
         if healthy and all(status.get(k) == v for k, v in want.items()):
@@ -545,11 +553,12 @@ class PackageRuntime:
             raise LookupError(f"DeploymentRuntimeConfig {name} (for {image}) does not exist")
         return found
 
-    def _start_provider(self, revision: dict[str, Any], parent: str, image_ref: str) -> None:
+    def _deployment(
+        self, revision: dict[str, Any], parent: str, image_ref: str
+    ) -> tuple[dict[str, Any], str, dict[str, Any]]:
         """The revision's ServiceAccount and Deployment as Crossplane makes them from the runtime
-        config, then its container: the image pulled from the registry under runc, as the pod
-        user, with a token of that ServiceAccount where in-cluster clients read it and nothing
-        else to authenticate with."""
+        config; returns that config, the ServiceAccount's name and the runtime container as the
+        config sets it."""
         name = revision["metadata"]["name"]
         config = self.runtime_config(revision)
         account = ((config["spec"].get("serviceAccountTemplate") or {}).get("metadata") or {}).get(
@@ -609,6 +618,14 @@ class PackageRuntime:
             },
             manager="plnt-e2e-package-runtime",
         )
+        return config, account, container
+
+    def _start_provider(self, revision: dict[str, Any], parent: str, image_ref: str) -> None:
+        """The revision's ServiceAccount and Deployment, then its container: the image pulled
+        from the registry under runc, as the pod user, with a token of that ServiceAccount where
+        in-cluster clients read it and nothing else to authenticate with."""
+        name = revision["metadata"]["name"]
+        config, account, container = self._deployment(revision, parent, image_ref)
         directory = self.plane.dir / "runtime" / name
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "token").write_text(self._token(account))
@@ -648,6 +665,24 @@ class PackageRuntime:
             runtime_config=config["metadata"]["name"],
             args=args,
             port=port,
+        )
+
+    def _start_local_provider(self, revision: dict[str, Any], parent: str, image_ref: str) -> None:
+        """provider-kubernetes, whose stand-in package has no image: its ServiceAccount and
+        Deployment from the runtime config, as for any provider, and its controller as the
+        stack's local process with the container arguments that config sets."""
+        name = revision["metadata"]["name"]
+        config, account, container = self._deployment(revision, parent, image_ref)
+        args = container.get("args")
+        self.plane._start_provider_kubernetes(args)
+        (probe,) = [a for a in self.plane.provider_argv if a.startswith("--health-probe-bind")]
+        self.local[name] = RunningProvider(
+            revision=name,
+            image=image_ref,
+            service_account=account,
+            runtime_config=config["metadata"]["name"],
+            args=args,
+            port=int(probe.rsplit(":", 1)[1]),
         )
 
     def _token(self, account: str) -> str:
@@ -698,6 +733,7 @@ class Install:
         self.runtime = PackageRuntime(plane, from_images, local_providers)
         self.pushed: dict[str, str] = {}  # public package -> the reference pushed
         self.install_seconds: float | None = None
+        self.mirrored: dict[str, list[str]] = {}  # ImageConfig -> the mirror's prefixes added
 
     def publish(self, built: dict[str, pathlib.Path], version: str = "") -> None:
         """Pushes the Configuration, every function and the reconciler, and a stand-in for every
@@ -745,7 +781,7 @@ class Install:
     def run_readme(self) -> list[list[str]]:
         """README's install commands, verbatim, in order (`kubectl` against this control plane,
         `crossplane` the real CLI); after `kubectl apply -f package/install/` the mirror's path
-        goes into the reconciler's ImageConfig, as README says a user with a mirror does.
+        goes into its ImageConfigs, as README says a user with a mirror does.
         Returns the commands run."""
         commands = readme_install_commands()
         for argv in commands:
@@ -767,27 +803,41 @@ class Install:
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(argv)}: {proc.stdout}{proc.stderr}")
             if argv[:3] == ["kubectl", "apply", "-f"] and argv[3].rstrip("/") == "package/install":
-                self.mirror_reconciler_runtime()
+                self.mirrored = self.mirror_runtime_image_configs()
         return commands
 
-    def mirror_reconciler_runtime(self) -> None:
-        """Adds the loopback registry's path of the reconciler package to the ImageConfig of
-        package/install/package-runtime.yaml (Crossplane matches the image it resolved)."""
-        (doc,) = kube.load_yaml(INSTALL / "package-runtime.yaml")
-        current = self.plane.mgmt.get(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
-        assert current is not None, "kubectl apply -f package/install/ made no ImageConfig"
-        matches = current["spec"]["matchImages"]
+    def mirror_runtime_image_configs(self) -> dict[str, list[str]]:
+        """Adds the loopback registry's path to the ImageConfigs of package/install that select
+        a runtime config (the reconciler's, RECONCILER_IMAGE_CONFIG, and provider-kubernetes'),
+        for each of their prefixes that names a package this registry serves, as README says a
+        user with a mirror does (Crossplane matches the image it resolved). Returns the prefixes
+        added, by ImageConfig."""
+        configs = install_docs("ImageConfig")
+        assert RECONCILER_IMAGE_CONFIG in configs, sorted(configs)
         host = self.registry.host + "/"
-        mirror = [
-            {"type": "Prefix", "prefix": m["prefix"].replace(PUBLIC_REGISTRY, host)}
-            for m in matches
-        ]
-        r = self.plane.mgmt.http.patch(
-            self.plane.mgmt.path(doc["apiVersion"], doc["kind"], doc["metadata"]["name"]),
-            headers={"Content-Type": "application/merge-patch+json"},
-            content=json.dumps({"spec": {"matchImages": matches + mirror}}),
-        )
-        r.raise_for_status()
+        added: dict[str, list[str]] = {}
+        for name, doc in configs.items():
+            if not (doc["spec"].get("runtime") or {}).get("configRef"):
+                continue
+            current = self.plane.mgmt.get(doc["apiVersion"], doc["kind"], name)
+            assert current is not None, f"kubectl apply -f package/install/ made no {name}"
+            matches = current["spec"]["matchImages"]
+            mirror = [
+                {"type": "Prefix", "prefix": m["prefix"].replace(PUBLIC_REGISTRY, host, 1)}
+                for m in matches
+                if any(package.startswith(m["prefix"]) for package in self.pushed)
+            ]
+            if not mirror:
+                continue
+            r = self.plane.mgmt.http.patch(
+                self.plane.mgmt.path(doc["apiVersion"], doc["kind"], name),
+                headers={"Content-Type": "application/merge-patch+json"},
+                content=json.dumps({"spec": {"matchImages": matches + mirror}}),
+            )
+            r.raise_for_status()
+            added[name] = [m["prefix"] for m in mirror]
+        assert RECONCILER_IMAGE_CONFIG in added, added
+        return added
 
     def wait_installed(self, seconds: float = INSTALL_SECONDS) -> None:
         """Waits for the Configuration, then each dependency in crossplane.yaml's order, to be

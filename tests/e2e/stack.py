@@ -96,6 +96,19 @@ FAST = Settings(POLL_INTERVAL, CIRCUIT_BREAKER, PROVIDER_POLL, 1.0)
 # interval, as installed from the packages.
 DEFAULTS = Settings(None, (), None, 2.0)
 
+INSTALL = REPO / "package" / "install"  # README: `kubectl apply -f package/install/`
+
+
+def install_docs(kind: str) -> dict[str, dict[str, Any]]:
+    """package/install's documents of ``kind``, by name."""
+    return {
+        doc["metadata"]["name"]: doc
+        for path in sorted(INSTALL.glob("*.yaml"))
+        for doc in kube.load_yaml(path)
+        if doc["kind"] == kind
+    }
+
+
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
@@ -462,7 +475,11 @@ class ControlPlane:
             env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
         )
 
-    def _start_provider_kubernetes(self) -> None:
+    def _start_provider_kubernetes(self, args: list[str] | None = None) -> None:
+        """provider-kubernetes as a local process, with the settings' poll and watches; or, with
+        ``args`` (a package runtime config's container arguments), with those instead, as a
+        Deployment's container arguments replace its image's. Either way it serves its health
+        probe on a port of its own and logs at debug level."""
         certs = self.ca.write_dir(
             self.dir / "provider-kubernetes" / "tls",
             self.ca.server("provider-kubernetes", "127.0.0.1"),
@@ -471,10 +488,10 @@ class ControlPlane:
         # kubeconfig carries no CA); here the workload API servers' CA is that root.
         bundle = self.dir / "provider-kubernetes" / "roots.pem"
         bundle.write_bytes(self.ca.pair.cert)
+        flags = [*_flag("--poll", self.settings.provider_poll), "--enable-watches"]
         self.provider_argv = [
             str(PROVIDER_KUBERNETES),
-            *_flag("--poll", self.settings.provider_poll),
-            "--enable-watches",
+            *(flags if args is None else args),
             f"--health-probe-bind-addr=127.0.0.1:{free_port()}",
             "--debug",
         ]

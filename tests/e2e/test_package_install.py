@@ -12,11 +12,11 @@ and read is what the install grants. What is installed here comes from those com
 XRDs and Compositions out of the Configuration, the Functions and Providers out of its
 dependencies (the reconciler among them), the Lock filled by the dependency manager. The
 providers are stand-in packages (their CRDs): provider-kubernetes with its own CRDs (built from
-v1.2.0, pushed as the v1.0.0 crossplane.yaml pins), whose controller runs as a local process as
-in the shared stack; provider-helm and provider-coreweave with schemaless ones, played by the
-simulator. The runtime stand-in runs function-inference-class and the reconciler from the images
-the package manager resolved (pulled from the registry, under runc), the other functions as
-local processes.
+v1.2.0, pushed as the v1.0.0 crossplane.yaml pins), whose controller runs as a local process
+with the runtime config package/install gives it; provider-helm and provider-coreweave with
+schemaless ones, played by the simulator. The runtime stand-in runs function-inference-class
+and the reconciler from the images the package manager resolved (pulled from the registry,
+under runc), the other functions as local processes.
 """
 
 from __future__ import annotations
@@ -305,12 +305,21 @@ def test_reconciler_runs_from_its_package_as_its_service_account(installed) -> N
     managers = {f["manager"] for f in index["metadata"].get("managedFields") or []}
     assert "plnt-binder" in managers, managers
     # what `kubectl get` shows of it, as Crossplane's runtime would have made it
-    (deployment,) = mgmt.list("apps/v1", "Deployment", namespace=stack.CROSSPLANE_NAMESPACE)
+    (deployment,) = _provider_deployments(mgmt, packages.installed_name(RECONCILER))
     spec = deployment["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "plnt-reconciler"
     assert spec["containers"][0]["image"] == running.image
     _, rows = live.table(plane.kubectl("get", "provider"))
     assert [r for r in rows if r[0] == packages.installed_name(RECONCILER)], rows
+
+
+def _provider_deployments(mgmt: kube.APIServer, provider: str) -> list[dict]:
+    """The Deployments the package runtime made for Provider ``provider``'s revisions."""
+    return [
+        d
+        for d in mgmt.list("apps/v1", "Deployment", namespace=stack.CROSSPLANE_NAMESPACE)
+        if d["spec"]["template"]["metadata"]["labels"].get("pkg.crossplane.io/provider") == provider
+    ]
 
 
 def _in_container(root: pathlib.Path, path: str) -> pathlib.Path:
@@ -387,7 +396,8 @@ def fleet_up(installed):
     (its operators' nodes, DRA driver and LeaderWorkerSet controller), its kubeconfig Secret
     (the credential), its InferenceClass and the InferenceCluster that adopts it. The
     simulator plays what cannot run here (provider-helm, the gateway's controller and data
-    plane), provider-kubernetes runs as the shared stack runs it."""
+    plane); provider-kubernetes runs as a local process with the arguments of the runtime
+    config package/install gives it."""
     from tests.e2e import simulator
 
     plane = installed.plane
@@ -406,6 +416,52 @@ def fleet_up(installed):
     live.wait_ready(plane.mgmt, API, "InferenceCluster", fleet.CLUSTER, seconds=300)
     fleet.wait_in_view(plane, fleet.CLUSTER)  # written by the binder the package runs
     return plane
+
+
+def test_provider_kubernetes_runs_with_the_poll_package_install_sets(installed, fleet_up) -> None:
+    """package/install/provider-kubernetes.yaml reaches provider-kubernetes: its ImageConfig
+    (with the mirror's path, as README says) selects the runtime config for the image Crossplane
+    resolved, the Deployment made for the revision carries that config's arguments, and the
+    controller runs with them. Read back from the API server, not from the files."""
+    plane = fleet_up
+    mgmt = plane.mgmt
+    name = packages.installed_name(PROVIDER_KUBERNETES)
+    configs = stack.install_docs("ImageConfig")
+    (image_config,) = [
+        c for c in configs.values() if c["spec"]["matchImages"][0]["prefix"] == PROVIDER_KUBERNETES
+    ]
+    config_name = image_config["spec"]["runtime"]["configRef"]["name"]
+    wanted = stack.install_docs("DeploymentRuntimeConfig")[config_name]
+    (container,) = wanted["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert "--poll=1m" in container["args"], container  # what docs/sizing.md recommends
+
+    live_config = mgmt.get(
+        "pkg.crossplane.io/v1beta1", "ImageConfig", image_config["metadata"]["name"]
+    )
+    mirror = f"{installed.registry.host}/crossplane-contrib/provider-kubernetes"
+    assert {"type": "Prefix", "prefix": mirror} in live_config["spec"]["matchImages"], live_config
+    revision = mgmt.get(packages.PKG, "Provider", name)["status"]["currentRevision"]
+    live.wait_for(lambda: revision in installed.runtime.local, 60, f"{name}'s runtime")
+    assert installed.runtime.local[revision].runtime_config == config_name
+
+    (deployment,) = _provider_deployments(mgmt, name)
+    (running,) = deployment["spec"]["template"]["spec"]["containers"]
+    (plane.dir / "logs" / "provider-kubernetes-args.txt").write_text(
+        f"{running['name']} {running['image']}: {' '.join(running.get('args') or [])}\n"
+    )
+    assert running["name"] == packages.RUNTIME_CONTAINER
+    assert running["image"] == f"{mirror}:{_dependency(PROVIDER_KUBERNETES)['version']}"
+    assert running["args"] == container["args"], running
+    # and the controller runs with exactly those (beside its probe address and debug logging)
+    pid = plane.procs.running[packages.LOCAL_PROVIDER].pid
+    cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    assert [a for a in cmdline if a.startswith("--poll")] == ["--poll=1m"], cmdline
+    assert cmdline[1 : 1 + len(running["args"])] == running["args"], cmdline
+
+
+def _dependency(package: str) -> dict:
+    (dep,) = [d for d in packages.dependencies() if d["package"] == package]
+    return dep
 
 
 def _phase(obj: dict) -> str | None:
@@ -689,7 +745,7 @@ def test_uninstall_as_readme_says_leaves_nothing_of_plnt(fleet_up) -> None:
         180,
         "every package gone",
     )
-    plane.kubectl("delete", "-f", str(packages.INSTALL), "--wait=false")
+    plane.kubectl("delete", "-f", str(stack.INSTALL), "--wait=false")
 
     def leftovers() -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
