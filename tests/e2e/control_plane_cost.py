@@ -1,13 +1,14 @@
 """What the control plane itself costs while a fleet converges and at rest, per component.
 
     .venv/bin/python -m tests.e2e.control_plane_cost [--replicas 25,100,200] [--rest 60]
-        [--settings defaults|fast] [--json FILE]
+        [--settings package|defaults|fast] [--json FILE]
 
 For each size N it brings up the live control plane of tests/e2e (tests/e2e/stack.py) on a
-fresh working directory, with the controllers' own default intervals (``defaults``: Crossplane's
-poll and circuit breaker, provider-kubernetes' poll, the binder's interval, as a user's install
-runs them) or the suite's fast polls (``fast``). One Existing InferenceCluster holds enough H100
-nodes for N one-GPU replicas, and system nodes for their endpoint pickers. Then:
+fresh working directory, with the intervals an install from README runs (``package``, the
+default: Crossplane's own poll and circuit breaker, provider-kubernetes' poll and the binder's
+interval as package/install sets them), the controllers' own defaults (``defaults``) or the
+suite's fast polls (``fast``). One Existing InferenceCluster holds enough H100 nodes for N
+one-GPU replicas, and system nodes for their endpoint pickers. Then:
 
 1. the fleet alone at rest for ``--rest`` seconds (the baseline);
 2. N one-GPU ModelDeployments of one replica each (examples/deploy-qwen3-8b, which stages no
@@ -45,7 +46,7 @@ from typing import Any
 import yaml
 
 from tests.e2e import fleet, live, workload
-from tests.e2e.stack import DEFAULTS, FAST, REPO, ControlPlane, Settings
+from tests.e2e.stack import DEFAULTS, FAST, PACKAGE, REPO, ControlPlane, Settings
 
 API = "modelplane.ai/v1alpha1"
 OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
@@ -56,6 +57,8 @@ PICKERS_PER_SYSTEM_NODE = 100  # kwok nodes take 110 pods; each replica's picker
 SETTLE_SECONDS = 15
 TICKS = os.sysconf("SC_CLK_TCK")
 COMPOSED_KINDS = ("ModelReplica", "ModelEndpoint", "ModelService")
+# --settings: package/install's (stack.PACKAGE), the programs' own defaults, the suite's polls
+SETTINGS = {"package": PACKAGE, "defaults": DEFAULTS, "fast": FAST}
 
 # What each process the stack starts is, for the table: the stack names them (tests/e2e/kube.py
 # Processes); anything not listed is shown by its own name.
@@ -402,11 +405,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", default="25,100,200", help="sizes, comma-separated")
     parser.add_argument("--rest", type=float, default=60.0, help="seconds of each rest window")
-    parser.add_argument("--settings", choices=("defaults", "fast"), default="defaults")
+    parser.add_argument("--settings", choices=tuple(SETTINGS), default="package")
     parser.add_argument("--json", type=pathlib.Path, help="write the figures here too")
     parser.add_argument("--dir", type=pathlib.Path, help="keep each size's logs under DIR")
     args = parser.parse_args(argv)
-    settings = {"defaults": DEFAULTS, "fast": FAST}[args.settings]
+    settings = SETTINGS[args.settings]
     results = []
     for size in (int(s) for s in args.replicas.split(",")):
         with tempfile.TemporaryDirectory(prefix=f"plnt-cost-{size}-") as tmp:

@@ -88,12 +88,14 @@ class Settings:
     bind_interval: float
     # every API server writes an audit log (one JSON line per request) to logs/<server>-audit.log
     audit: bool = False
+    # provider-kubernetes' --enable-watches (an Object watches its resource only if it asks to)
+    provider_watches: bool = True
 
 
 # The suite's: fast polls, so that a test waits for plnt rather than for a poll.
 FAST = Settings(POLL_INTERVAL, CIRCUIT_BREAKER, PROVIDER_POLL, 1.0)
-# A user's: Crossplane's and provider-kubernetes' own defaults and the binder's default
-# interval, as installed from the packages.
+# The controllers' own: Crossplane's and provider-kubernetes' defaults and the binder's default
+# interval, as if nothing set them.
 DEFAULTS = Settings(None, (), None, 2.0)
 
 INSTALL = REPO / "package" / "install"  # README: `kubectl apply -f package/install/`
@@ -108,6 +110,63 @@ def install_docs(kind: str) -> dict[str, dict[str, Any]]:
         if doc["kind"] == kind
     }
 
+
+def install_runtime_args(package: str) -> list[str] | None:
+    """The container arguments package/install gives ``package`` (a repository crossplane.yaml
+    depends on): those of the DeploymentRuntimeConfig named by the ImageConfig whose prefix
+    matches it longest, as Crossplane chooses; None when no ImageConfig there selects one, or
+    the runtime config sets no arguments (the image's own command then)."""
+    best, longest = None, -1
+    for config in install_docs("ImageConfig").values():
+        ref = ((config["spec"].get("runtime") or {}).get("configRef") or {}).get("name")
+        for match in config["spec"].get("matchImages") or []:
+            prefix = match.get("prefix", "")
+            if ref and package.startswith(prefix) and len(prefix) > longest:
+                best, longest = ref, len(prefix)
+    if best is None:
+        return None
+    template = install_docs("DeploymentRuntimeConfig")[best]["spec"]["deploymentTemplate"]
+    containers = template["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in containers if c["name"] == "package-runtime"]
+    return container.get("args")
+
+
+def _flag_value(args: list[str], name: str) -> str | None:
+    """The value of ``name`` in an argument list (``--name=value`` or ``--name value``)."""
+    for i, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def package_settings() -> Settings:
+    """What `kubectl apply -f package/install/` and the packages set: Crossplane's own poll and
+    circuit breaker (the install leaves Crossplane's flags alone), provider-kubernetes' poll and
+    watches as its runtime config there sets them, and the binder's interval as the reconciler's
+    arguments there set it (`plnt reconcile`'s default when they do not)."""
+    from plnt.reconcile import cli
+
+    dependencies = yaml.safe_load((REPO / "crossplane.yaml").read_text())["spec"]["dependsOn"]
+    by_name = {d["package"].rsplit("/", 1)[1]: d["package"] for d in dependencies}
+    provider = install_runtime_args(by_name["provider-kubernetes"]) or []
+    reconciler = install_runtime_args(by_name["plnt-reconciler"])
+    if reconciler is not None:
+        assert reconciler[:1] == ["reconcile"], reconciler
+        reconciler = reconciler[1:]
+    binder = cli.build_parser().parse_args(reconciler or []).bind_interval
+    return Settings(
+        None,
+        (),
+        _flag_value(provider, "--poll"),
+        binder,
+        provider_watches="--enable-watches" in provider,
+    )
+
+
+# A user's, installed as README says: read from package/install, so it cannot drift from it.
+PACKAGE = package_settings()
 
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -488,7 +547,8 @@ class ControlPlane:
         # kubeconfig carries no CA); here the workload API servers' CA is that root.
         bundle = self.dir / "provider-kubernetes" / "roots.pem"
         bundle.write_bytes(self.ca.pair.cert)
-        flags = [*_flag("--poll", self.settings.provider_poll), "--enable-watches"]
+        flags = [*_flag("--poll", self.settings.provider_poll)]
+        flags += ["--enable-watches"] if self.settings.provider_watches else []
         self.provider_argv = [
             str(PROVIDER_KUBERNETES),
             *(flags if args is None else args),

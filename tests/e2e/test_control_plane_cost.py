@@ -4,7 +4,10 @@ come from `python -m tests.e2e.control_plane_cost`, never from a test."""
 
 from __future__ import annotations
 
+import shutil
+
 from tests.e2e import control_plane_cost as cost
+from tests.e2e import stack
 from tests.e2e.stack import FAST
 
 REPLICAS = 2
@@ -51,3 +54,30 @@ def test_the_benchmark_reports_every_component_and_the_objects_per_replica(e2e_d
     assert {"crossplane-core", "provider-kubernetes", "plnt-reconcile"} <= clients, clients
     assert sum(result.phases[1].requests.values()) > 0
     assert sum(result.phases[1].metric_requests.values()) > 0
+
+
+def test_the_package_settings_are_what_package_install_sets(tmp_path, monkeypatch) -> None:
+    """`--settings package` runs what an install from README runs: Crossplane's own flags,
+    provider-kubernetes' poll from its runtime config in package/install and the binder's
+    interval from the reconciler's arguments there, read from the files, so that a change there
+    changes the profile."""
+    assert cost.SETTINGS["package"] == stack.PACKAGE
+    assert (stack.PACKAGE.crossplane_poll, stack.PACKAGE.circuit_breaker) == (None, ())
+    assert stack.PACKAGE.provider_poll == "1m"  # docs/sizing.md's recommendation
+    assert not stack.PACKAGE.provider_watches
+    # settings.yaml sets no --bind-interval: the binder's own default
+    assert stack.PACKAGE.bind_interval == 2.0
+
+    copy = tmp_path / "install"
+    shutil.copytree(stack.INSTALL, copy)
+    edits = {
+        "provider-kubernetes.yaml": ("- --poll=1m\n", "- --poll=2m\n"),
+        "settings.yaml": ("- --bind\n", "- --bind\n                - --bind-interval=5\n"),
+    }
+    for name, (text, replacement) in edits.items():
+        source = (copy / name).read_text()
+        assert source.count(text) == 1, (name, text)
+        (copy / name).write_text(source.replace(text, replacement))
+    monkeypatch.setattr(stack, "INSTALL", copy)
+    changed = stack.package_settings()
+    assert (changed.provider_poll, changed.bind_interval) == ("2m", 5.0)
