@@ -89,7 +89,7 @@ PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # and the tests of a development install, and out of every image; the reconciler's package is a
 # layer of its own, in the reconciler's image only.
 NOT_IN_IMAGES = ("plnt_host/bench", "plnt/gate/fake_server.py")
-RECONCILER_ONLY = ("plnt/reconcile",)
+RECONCILER_ONLY = ("plnt_reconciler",)
 
 
 # --- what to build -------------------------------------------------------------------------
@@ -291,7 +291,7 @@ def wheelhouse() -> pathlib.Path:
 def plnt_wheel(wheels: pathlib.Path) -> pathlib.Path:
     """plnt's own wheel, rebuilt only when its sources change (a build takes seconds)."""
     sources = [ROOT / "pyproject.toml", ROOT / "README.md"]
-    for top in ("plnt", "plnt_host", "functions", "compositions"):
+    for top in ("plnt", "plnt_host", "plnt_reconciler", "functions", "compositions"):
         sources += [
             p for p in (ROOT / top).rglob("*") if p.is_file() and "__pycache__" not in p.parts
         ]

@@ -27,7 +27,7 @@ TLS_CERTS_ENV = "TLS_SERVER_CERTS_DIR"
 # Subcommands with their own argument parsers: name -> (module with main(argv), help).
 DELEGATED = {
     "gate": ("plnt_host.gate_cli", "smoke-test an OpenAI-compatible endpoint"),
-    "reconcile": ("plnt.reconcile.cli", "scale ModelDeployments toward a token rate"),
+    "reconcile": ("plnt_reconciler.cli", "scale ModelDeployments toward a token rate"),
     "bench": ("plnt_host.bench.cli", "run the benchmarks"),
 }
 

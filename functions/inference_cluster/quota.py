@@ -1,6 +1,6 @@
 """InferenceQuota: checked, never composed into anything.
 
-The binder (plnt/reconcile/binder.py) enforces a quota when it commits replicas and writes its
+The binder (plnt_reconciler/binder.py) enforces a quota when it commits replicas and writes its
 status (used devices, covered namespaces, reserved replicas); this step only validates the spec
 (an invalid one is a Fatal result naming the field) and reports the quota Ready, with a
 `Enforced` condition saying what it caps.

@@ -1,6 +1,6 @@
 """The commit decision, pure: which proposed ModelReplicas the binder commits to a cluster's
 ledger, which it refuses, which committed ones no longer fit, and what each quota ledger
-reserves. The binder (plnt.reconcile.binder) does the I/O around it; `plnt render` previews it.
+reserves. The binder (plnt_reconciler.binder) does the I/O around it; `plnt render` previews it.
 
 The ledger (plnt.capacity.ledger: a ConfigMap per cluster, written only with its
 resourceVersion as a precondition) is the one place capacity is committed: an entry per replica

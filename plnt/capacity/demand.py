@@ -1,6 +1,6 @@
 """What one pod of a member asks of one node of its pool, and so what a ModelReplica asks of its
 cluster: the one reckoning the scheduler (functions/model_deployment, when it proposes) and the
-binder (plnt/reconcile, when it commits) share.
+binder (plnt_reconciler, when it commits) share.
 
 A pod asks for the devices its requests matched (by device key, `capacity.device_key`), its
 containers' CPU and memory (requests, else limits, as Kubernetes defaults requests to limits)

@@ -1,6 +1,6 @@
 """How the fleet reads: an InferenceCluster's pools and an InferenceClass's node shape.
 
-The scheduler (functions/model_deployment) and the binder (plnt/reconcile) count capacity from
+The scheduler (functions/model_deployment) and the binder (plnt_reconciler) count capacity from
 the same reading, so a replica the scheduler places is one the binder can commit.
 """
 

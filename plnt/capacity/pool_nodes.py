@@ -2,7 +2,7 @@
 
 An InferenceCluster's spec says how many nodes each pool has (`nodeCount`) or may grow to
 (`maxNodeCount`); a node that is gone, NotReady or cordoned offers nothing, whatever the spec
-says. The reconciler's prober (plnt.reconcile.probe) lists the Nodes of each workload cluster
+says. The reconciler's prober (plnt_reconciler.probe) lists the Nodes of each workload cluster
 that carry the pool label (`modelplane.ai/pool`, docs/inference-cluster.md) each time the cluster
 answers its probe, counts per pool the nodes that exist and those that are Ready (`count`), and
 the binder publishes the counts on the InferenceCluster, in the annotation

@@ -146,7 +146,7 @@ def package_settings() -> Settings:
     circuit breaker (the install leaves Crossplane's flags alone), provider-kubernetes' poll and
     watches as its runtime config there sets them, and the binder's interval as the reconciler's
     arguments there set it (`plnt reconcile`'s default when they do not)."""
-    from plnt.reconcile import cli
+    from plnt_reconciler import cli
 
     dependencies = yaml.safe_load((REPO / "crossplane.yaml").read_text())["spec"]["dependsOn"]
     by_name = {d["package"].rsplit("/", 1)[1]: d["package"] for d in dependencies}

@@ -34,7 +34,7 @@ import yaml
 
 from plnt import labels
 from plnt.capacity import binding, fleet_view, ledger, ledger_parse
-from plnt.reconcile import binder
+from plnt_reconciler import binder
 from tests.e2e import engines, fleet, live
 from tests.e2e.stack import REPO, ControlPlane
 

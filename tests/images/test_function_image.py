@@ -103,7 +103,7 @@ def test_function_image_answers_run_function_over_mtls_under_runc(
     assert (site / "plnt").is_dir() and (site / "grpc").is_dir()
     assert not list(site.glob("kubernetes*")), "function images leave the Kubernetes client out"
     # nor do they carry what no function runs: the reconciler, benchmarks, the test engine
-    for absent in ("plnt/reconcile", "plnt_host/bench", "plnt/gate/fake_server.py"):
+    for absent in ("plnt_reconciler", "plnt_host/bench", "plnt/gate/fake_server.py"):
         assert not (site / absent).exists(), absent
     assert (site / "plnt_host" / "cli.py").is_file() and (site / "plnt" / "gate").is_dir()
     assert (bundle.rootfs / "package.yaml").is_file(), "the xpkg's package layer is on top"

@@ -17,7 +17,7 @@ import pytest
 
 from plnt import capacity, cluster_health, workload_cluster
 from plnt.capacity import binding, commit, fleet_view, ledger, quotas
-from plnt.reconcile import binder, kube
+from plnt_reconciler import binder, kube
 from tests.reconcile.apiserver import RECONCILER_TOKEN, REPO
 from tests.support import spec_asking
 

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from plnt.reconcile import kube
+from plnt_reconciler import kube
 from tests.reconcile.apiserver import RECONCILER_TOKEN, free_port
 
 PLNT = pathlib.Path(sys.executable).parent / "plnt"
@@ -165,7 +165,7 @@ def test_the_long_running_loop_serves_probes_and_stops_on_sigterm(kube_apiserver
     ],
 )
 def test_forgetting_a_lost_ledger_is_one_binder_pass_only(argv, capsys) -> None:
-    from plnt.reconcile import cli
+    from plnt_reconciler import cli
 
     assert cli.main(argv) == 2
     assert capsys.readouterr().err == (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plnt.reconcile.decision import (
+from plnt_reconciler.decision import (
     Deployment,
     MetricsStatus,
     Observation,

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from plnt.reconcile import kube
-from plnt.reconcile.decision import Decision, Reason
+from plnt_reconciler import kube
+from plnt_reconciler.decision import Decision, Reason
 from tests.reconcile.apiserver import (
     CRD,
     RBAC,

@@ -8,7 +8,7 @@ import pytest
 from functions.model_deployment import scheduler
 from plnt import capacity
 from plnt.capacity import binding, commit, fleet_view, ledger, ledger_parse
-from plnt.reconcile import binder
+from plnt_reconciler import binder
 from tests.reconcile.test_ledger import apply, replica
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 

@@ -9,10 +9,10 @@ import httpx
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from plnt.reconcile import cli, health, kube
-from plnt.reconcile.decision import Policy
-from plnt.reconcile.loop import Heartbeat, Reconciler
-from plnt.reconcile.metrics import Readings
+from plnt_reconciler import cli, health, kube
+from plnt_reconciler.decision import Policy
+from plnt_reconciler.loop import Heartbeat, Reconciler
+from plnt_reconciler.metrics import Readings
 
 
 class FakeCluster:

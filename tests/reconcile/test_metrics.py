@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from plnt.reconcile import metrics
-from plnt.reconcile.decision import MetricsStatus
+from plnt_reconciler import metrics
+from plnt_reconciler.decision import MetricsStatus
 from tests.reconcile.conftest import RATES, SCRAPED
 
 TOLERANCE = 0.05  # counters exactly linear in their timestamps; slack for scrape spacing

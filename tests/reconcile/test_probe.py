@@ -15,7 +15,7 @@ import yaml
 
 from plnt import cluster_health
 from plnt.capacity import fleet_view, pool_nodes
-from plnt.reconcile import binder, probe
+from plnt_reconciler import binder, probe
 from tests.reconcile import test_binder
 from tests.reconcile.apiserver import ADMIN_TOKEN
 from tests.reconcile.test_binder import GV, _events, make_replica

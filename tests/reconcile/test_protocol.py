@@ -9,7 +9,7 @@ refuses it):
   ModelReplica builder on it, then applies each replica it wants and deletes each it releases,
   one call each (as Crossplane applies composed resources). It runs more than once, so a
   refused replica is released and placed again;
-- a binder is `plnt.reconcile.binder`'s pass, step by step: read the ledger, list the replicas,
+- a binder is `plnt_reconciler.binder`'s pass, step by step: read the ledger, list the replicas,
   decide (`plnt.capacity.commit.decide`, the real code), write the ledger with the version
   read, annotate each replica (one call each, with the uid precondition);
 - a restart throws a binder's or a proposer's memory away between any two steps.
@@ -40,7 +40,7 @@ from functions.model_replica import fn as model_replica_fn
 from plnt import capacity
 from plnt.capacity import binding, commit, ledger, ledger_parse, quotas
 from plnt.capacity.offer import cluster_of
-from plnt.reconcile import binder
+from plnt_reconciler import binder
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
 from tests.support import spec_asking
 
@@ -277,7 +277,7 @@ def commit_writes(name: str, held: commit.Held, body: str, changed: bool) -> lis
 
 
 def binder_decide(case: Case, reads: dict, records: dict, view: dict, listed: list[dict]) -> dict:
-    """The binder's pass as plnt.reconcile.binder makes it: the ledgers from their two copies,
+    """The binder's pass as plnt_reconciler.binder makes it: the ledgers from their two copies,
     quotas first, then clusters; a ledger that cannot be read closes its cluster or quota. The
     writes (in order), the annotations, and the sequences its fleet view counts."""
     views = [commit.Replica.of(o) for o in listed]

@@ -1,4 +1,4 @@
-"""The list-then-watch cache (plnt.reconcile.reflector) against a real kube-apiserver: a list,
+"""The list-then-watch cache (plnt_reconciler.reflector) against a real kube-apiserver: a list,
 then ADDED, MODIFIED and DELETED from the watch; a watch the server expires (410) or that fails
 lists again; bookmarks move the version only; a write folded in is never undone by an older
 event; and the binder's watched reads, which make a pass at rest cost no list call."""
@@ -16,8 +16,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from plnt.capacity import binding
-from plnt.reconcile import binder, kube, reads
-from plnt.reconcile.reflector import NotCurrentError, Reflector
+from plnt_reconciler import binder, kube, reads
+from plnt_reconciler.reflector import NotCurrentError, Reflector
 from tests.reconcile.apiserver import ADMIN_TOKEN, RECONCILER_TOKEN
 from tests.reconcile.test_binder import (  # noqa: F401 - fixtures
     bound_gpus,

@@ -8,7 +8,7 @@ import urllib3
 from plnt import cluster_health
 from plnt.capacity import fleet_view, offer
 from plnt.cluster_health import Record
-from plnt.reconcile import probe
+from plnt_reconciler import probe
 
 T0 = 1_800_000_000.0
 SINCE = cluster_health.timestamp(T0)

@@ -54,9 +54,9 @@ from plnt.capacity import (
 )
 from plnt.capacity.commit import LedgerT
 from plnt.capacity.ledger_parse import UnreadableLedgerError
-from plnt.reconcile import probe, reflector
-from plnt.reconcile.kube import api_map
-from plnt.reconcile.reads import CONFIGMAPS, NAMESPACES, Listed, Reads
+from plnt_reconciler import probe, reflector
+from plnt_reconciler.kube import api_map
+from plnt_reconciler.reads import CONFIGMAPS, NAMESPACES, Listed, Reads
 
 log = logging.getLogger(__name__)
 
@@ -206,11 +206,11 @@ class Binder:
         # Clusters whose lost ledger (both copies gone) an operator chose to start again.
         self.forget_lost = forget_lost or set()
         self.crash_after_ledger_write = bool(os.environ.get(CRASH_AFTER_LEDGER_WRITE))
-        # The workload API servers' health (plnt.reconcile.probe): published on each
+        # The workload API servers' health (plnt_reconciler.probe): published on each
         # InferenceCluster every pass, before the fleet view is written from them.
         self.prober = prober
         self.failures, self.successes = failures, successes
-        # Where a pass reads from (plnt.reconcile.reads): list calls, or watched caches.
+        # Where a pass reads from (plnt_reconciler.reads): list calls, or watched caches.
         self.reads: Reads = reads if reads is not None else Listed(api, namespace)
 
     # --- reads ----------------------------------------------------------------------------

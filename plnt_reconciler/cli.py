@@ -11,9 +11,9 @@ With --once it lists ModelDeployments, makes one pass, prints one line per Model
 exits (1 if any write failed). Otherwise it watches ModelDeployments and reconciles every
 interval until SIGTERM, serving /healthz and /readyz. --bind also runs the binder every
 --bind-interval; --bind-only runs nothing else (no Prometheus needed). The long-running binder
-reads from list-then-watch caches (plnt.reconcile.reads) and runs a pass as soon as one of them
+reads from list-then-watch caches (plnt_reconciler.reads) and runs a pass as soon as one of them
 changes, else every --bind-interval; it also probes each InferenceCluster's API server every
---probe-interval and publishes its health (plnt.reconcile.probe).
+--probe-interval and publishes its health (plnt_reconciler.probe).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from plnt.reconcile.decision import Policy
+from plnt_reconciler.decision import Policy
 
 if TYPE_CHECKING:
-    from plnt.reconcile.kube import Kube
-    from plnt.reconcile.loop import Reconciler
+    from plnt_reconciler.kube import Kube
+    from plnt_reconciler.loop import Reconciler
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,7 +177,7 @@ def main(argv: Sequence[str]) -> int:
     )
     if not args.debug:  # httpx logs every query URL at INFO
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    from plnt.reconcile import kube, loop, metrics
+    from plnt_reconciler import kube, loop, metrics
 
     try:
         api = kube.api_client(args.kubeconfig)
@@ -216,7 +216,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _once(cluster: Kube, reconciler: Reconciler) -> int:
-    from plnt.reconcile import kube
+    from plnt_reconciler import kube
 
     try:
         items, _ = cluster.list_model_deployments()
@@ -230,7 +230,7 @@ def _once(cluster: Kube, reconciler: Reconciler) -> int:
 
 
 def _forever(args: argparse.Namespace, cluster: Kube, reconciler: Reconciler) -> int:
-    from plnt.reconcile import health, kube, loop
+    from plnt_reconciler import health, kube, loop
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -260,7 +260,7 @@ def _bind(args: argparse.Namespace, api: object, stop: threading.Event | None = 
     every --bind-interval until SIGTERM (or `stop`)."""
     from kubernetes import client
 
-    from plnt.reconcile import binder, kube, reads
+    from plnt_reconciler import binder, kube, reads
 
     prober = None
     if not args.once and args.probe_interval > 0:
@@ -293,11 +293,11 @@ def _bind(args: argparse.Namespace, api: object, stop: threading.Event | None = 
 
 
 def _prober(args: argparse.Namespace, api: Any) -> Any:
-    """The workload API servers' prober (plnt.reconcile.probe), reading kubeconfig Secrets."""
+    """The workload API servers' prober (plnt_reconciler.probe), reading kubeconfig Secrets."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from plnt.reconcile import probe
+    from plnt_reconciler import probe
 
     core = client.CoreV1Api(api)
 
@@ -333,7 +333,7 @@ def _bind_passes(
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-    log = logging.getLogger("plnt.reconcile.binder")
+    log = logging.getLogger("plnt_reconciler.binder")
     last: dict[str, str] = {}
     lagging: list[str] = []
     while not stop.is_set():

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from plnt.reconcile import kube as k8s
-from plnt.reconcile.decision import Decision, Policy, RecommendationHistory, decide
-from plnt.reconcile.metrics import Readings
+from plnt_reconciler import kube as k8s
+from plnt_reconciler.decision import Decision, Policy, RecommendationHistory, decide
+from plnt_reconciler.metrics import Readings
 
 log = logging.getLogger(__name__)
 

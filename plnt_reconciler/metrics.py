@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from plnt.reconcile.decision import MetricsStatus, Observation
+from plnt_reconciler.decision import MetricsStatus, Observation
 
 DEPLOYMENT_LABEL = "modelplane_deployment"
 NAMESPACE_LABEL = "namespace"

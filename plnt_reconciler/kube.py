@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from plnt import contracts, xp
 from plnt.models.model_deployment import Autoscaling, check_autoscaling
-from plnt.reconcile.decision import Decision, Deployment
+from plnt_reconciler.decision import Decision, Deployment
 
 log = logging.getLogger(__name__)
 

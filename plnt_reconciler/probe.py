@@ -156,7 +156,7 @@ class Target:
     def __init__(self, kubeconfig: str) -> None:
         from kubernetes import client, config
 
-        from plnt.reconcile.kube import named
+        from plnt_reconciler.kube import named
 
         doc = yaml.safe_load(kubeconfig)
         if not isinstance(doc, dict):

@@ -1,7 +1,7 @@
 """What a binder pass reads from the management API server, and where from.
 
 `Listed` lists each kind when asked (a single pass: `plnt reconcile --bind-only --once`).
-`Watched` keeps each kind in a list-then-watch cache (plnt.reconcile.reflector), so a pass of the
+`Watched` keeps each kind in a list-then-watch cache (plnt_reconciler.reflector), so a pass of the
 long-running binder makes no list call at all: it reads the InferenceClusters, InferenceClasses,
 InferenceQuotas, ModelReplicas, ModelCaches, Namespaces and the ConfigMaps of the ledger
 namespace (the ledgers, their records and the fleet view) from memory, and wakes early when
@@ -23,8 +23,8 @@ from typing import Any, Protocol
 from kubernetes import client
 
 from plnt import contracts
-from plnt.reconcile import reflector
-from plnt.reconcile.reflector import Key, Reflector
+from plnt_reconciler import reflector
+from plnt_reconciler.reflector import Key, Reflector
 
 GROUP, VERSION = contracts.MODELPLANE_GROUP, contracts.MODELPLANE_VERSION
 # The custom kinds the binder reads; Namespaces and ConfigMaps are core.
