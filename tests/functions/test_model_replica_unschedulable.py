@@ -13,7 +13,7 @@ import copy
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.model_replica import staging
+from functions.model_replica import fn, staging
 from plnt import conditions
 from tests.functions.test_model_replica import GANG, READY, composed, condition, run
 from tests.functions.test_model_replica_weights import (
@@ -93,10 +93,10 @@ def test_an_unschedulable_pod_says_the_schedulers_message(message: str) -> None:
     assert rsp.meta.ttl.ToMilliseconds() == 10_000
 
 
-def test_a_replica_whose_pods_are_not_watched_keeps_the_default_ttl() -> None:
+def test_a_serving_replica_watches_no_pods_and_asks_for_the_rest_ttl() -> None:
     rsp = starting(READY.xr, status={"replicas": 1, "availableReplicas": 1})
     assert "pods-qwen3-8b" not in composed(rsp)
-    assert rsp.meta.ttl.ToMilliseconds() == 60_000
+    assert rsp.meta.ttl.ToMilliseconds() == fn.REST_TTL_S * 1000
 
 
 def test_the_first_unschedulable_pod_by_name_is_named() -> None:
