@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from functions.inference_cluster import tenants
 from plnt_host import render
 from tests.e2e import kube, live, lws, simulator, workload
 from tests.e2e.kube import CA, APIServer, Processes
@@ -68,9 +69,13 @@ class Gang:
 
 
 def _manifests() -> list[dict[str, Any]]:
-    """The workload manifests plnt composes for the example's ModelReplica."""
+    """The workload manifests plnt composes for the example's ModelReplica, after what its
+    InferenceCluster composes once for the replica's namespace (the Namespace, the endpoint
+    picker's ServiceAccount, RoleBinding and ClusterRole), as they come on a real cluster."""
     out = render.render(render.load_scenario(EXAMPLE))
-    return [o["spec"]["forProvider"]["manifest"] for o in out.composed if o["kind"] == "Object"]
+    replica = [o["spec"]["forProvider"]["manifest"] for o in out.composed if o["kind"] == "Object"]
+    namespace = out.xr["metadata"]["namespace"]
+    return [tenants.cluster_role(), *tenants.manifests(namespace).values(), *replica]
 
 
 def _h100_devices() -> list[dict[str, Any]]:
