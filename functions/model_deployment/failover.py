@@ -14,7 +14,7 @@ wanted; each replacement that serves releases one held replica, lowest index las
 cluster comes back, its replicas are healthy again and whatever is then beyond `spec.replicas`
 is retired by the scheduler's usual order (replicas on clusters not Ready first, then those that
 do not serve, then the highest index), so a starting replacement goes before a serving replica
-and the replicas that serve never drop below what they were (`scheduler.keep_pins`).
+and the replicas that serve never drop below what they were (`scheduling.keep_pins`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ degraded cluster keeps its pin but gets no endpoint, so routing drops it until t
 back.
 
 Decisions: `revisions.plan` says which revisions run with how many replicas (first rollout,
-canary, re-test in place, promotion, rollback); `scheduler.schedule` keeps pins and places the
+canary, re-test in place, promotion, rollback); `scheduling.schedule` keeps pins and places the
 rest (see its docstring for the exact order). Status: `replicas.{total,ready}` (of the stable
 revision, or in a first rollout of the revision being brought up), `placements[]`,
 `revisions.{stable,canary}`, `canary` (with `run`, the spec's `canary.runId`), and the
@@ -49,10 +49,10 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.model_deployment import failover, reading, revisions, scheduler
+from functions.model_deployment import failover, revisions
 from functions.model_deployment import replicas as rep
 from plnt import conditions, contracts, pod_policy, xp
-from plnt.capacity import binding, fleet_view, ledger_parse
+from plnt.capacity import binding, fleet_view, reading, scheduling
 from plnt.capacity import offer as fleet_model
 from plnt.capacity.tenant import Tenant
 from plnt.models import model_deployment
@@ -68,22 +68,8 @@ MODES = {
 }
 
 
-NAMESPACE_REQUIREMENT = "namespace"
 DEFAULT_TTL_S = 60.0  # the SDK's: what the function asks for when nothing is due sooner
 clock = time.time  # the failover grace periods' clock (tests set their own)
-QUOTA_LEDGERS_REQUIREMENT = ledger_parse.QUOTA_LEDGERS_REQUIREMENT
-
-
-def tenancy_inputs(
-    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, namespace: str
-) -> Tenant | None:
-    """Its Namespace (by name) and the binder's quota ledgers; None until Crossplane answered."""
-    ns = xp.require(req, rsp, NAMESPACE_REQUIREMENT, "v1", "Namespace", match_name=namespace)
-    ledgers = ledger_parse.require_quota_ledgers(req, rsp)
-    if ns is None or ledgers is None:
-        return None
-    read, _ = ledger_parse.quota_ledgers_in(ledgers)
-    return Tenant.of(namespace, ns[0] if ns else None, read)
 
 
 def unreserved(
@@ -115,7 +101,7 @@ def unreserved(
 
 
 def within_quotas(
-    sched: scheduler.Schedule,
+    sched: scheduling.Schedule,
     tenant: Tenant,
     own: dict[str, dict[str, Any]],
     *,
@@ -123,7 +109,7 @@ def within_quotas(
     deployment: str,
     rev: str,
     raw_spec: dict[str, Any],
-) -> scheduler.Schedule:
+) -> scheduling.Schedule:
     """The schedule with the quotas covering the namespace applied: replicas not bound that no
     longer fit are released (`unreserved`), and the new replicas no quota has room for left out,
     the shortfall naming the quota. Room: hard less what the quota ledger reserves less what
@@ -134,7 +120,7 @@ def within_quotas(
     pending, over = unreserved(tenant, own, namespace)
     kept = [r for r in sched.kept if r.name not in over]
     released = [*sched.released, *(r for r in sched.kept if r.name in over)]
-    placed: list[scheduler.Placement] = []
+    placed: list[scheduling.Placement] = []
     why = ""
     for placement in sched.placed:
         obj = rep.model_replica(
@@ -153,29 +139,31 @@ def within_quotas(
     total = len(kept) - len(held) + len(placed)
     said = [f"{r.name} released ({over[r.name]})" for r in sched.kept if r.name in over]
     said += [why] if why else []
-    rest = sched.message.removeprefix(scheduler.summary(sched.count, sched.wanted))
+    rest = sched.message.removeprefix(scheduling.summary(sched.count, sched.wanted))
     return dataclasses.replace(
         sched,
         kept=kept,
         released=released,
         placed=placed,
         held=held,
-        reason=scheduler.INSUFFICIENT_QUOTA,
-        message=f"{scheduler.summary(total, sched.wanted)}{rest}; " + "; ".join(said),
+        reason=scheduling.INSUFFICIENT_QUOTA,
+        message=f"{scheduling.summary(total, sched.wanted)}{rest}; " + "; ".join(said),
     )
 
 
-def template_refused(sched: scheduler.Schedule, refused: pod_policy.Refusal) -> scheduler.Schedule:
+def template_refused(
+    sched: scheduling.Schedule, refused: pod_policy.Refusal
+) -> scheduling.Schedule:
     """The schedule of a revision whose pod templates ask for what plnt does not let onto a
     workload cluster: nothing new is placed (its pins, if any, are kept) and the condition names
     the field."""
     total = len(sched.kept) - len(sched.held)
-    rest = sched.message.removeprefix(scheduler.summary(total, sched.wanted))
+    rest = sched.message.removeprefix(scheduling.summary(total, sched.wanted))
     return dataclasses.replace(
         sched,
         placed=[],
-        reason=scheduler.TEMPLATE_NOT_PERMITTED,
-        message=f"{scheduler.summary(total, sched.wanted)}{rest}; {refused}",
+        reason=scheduling.TEMPLATE_NOT_PERMITTED,
+        message=f"{scheduling.summary(total, sched.wanted)}{rest}; {refused}",
     )
 
 
@@ -189,13 +177,15 @@ class Inputs:
     spec: ModelDeploymentSpec
     refused: pod_policy.Refusal | None  # what its pod templates ask that plnt does not allow
     observed_status: dict[str, Any]
+    observed: dict[str, dict[str, Any]]  # every resource it composed, observed, by resource name
+    verdicts: Any  # the canary gate's verdicts from the pipeline's context, or None
     classes: list[dict[str, Any]]
     own: dict[str, dict[str, Any]]  # its observed ModelReplicas by name
-    own_placed: list[scheduler.PlacedReplica]
+    own_placed: list[scheduling.PlacedReplica]
     snapshot: reading.Snapshot
     tenant: Tenant
     # what the scheduler charges besides its own replicas, and those of them the view counts
-    fleet: list[scheduler.PlacedReplica]
+    fleet: list[scheduling.PlacedReplica]
     counted: frozenset[tuple[str, str]]
 
     @functools.cached_property
@@ -212,7 +202,7 @@ class Decisions:
     failed: frozenset[str]
     serving: frozenset[str]
     plan: revisions.Plan
-    schedules: dict[str, scheduler.Schedule]
+    schedules: dict[str, scheduling.Schedule]
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -224,7 +214,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             rsp, conditions.waiting(conditions.REPLICAS_SCHEDULED, "reading the fleet")
         )
         return rsp
-    decided = decide(req, inputs)
+    decided = decide(inputs)
     # A new replica goes only where the cluster's own fence admits it, read as the binder
     # reads it: a view written before the fence was set must not propose one there.
     placed_on = {p.cluster for s in decided.schedules.values() for p in s.placed}
@@ -239,7 +229,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             ),
         )
         return rsp
-    out = compose(req, rsp, inputs, decided)
+    out = compose(rsp, inputs, decided)
     write_status(rsp, inputs, decided, out)
     return rsp
 
@@ -261,8 +251,9 @@ def read_inputs(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> 
         "InferenceClass",
         shape=reading.CLASS,
     )
-    own = _own_replicas(req)
-    own_placed = [scheduler.placed_replica(o) for o in own.values()]
+    observed = xp.observed_resources(req)
+    own = _own_replicas(observed)
+    own_placed = [scheduling.placed_replica(o) for o in own.values()]
     snapshot = reading.snapshot(
         req,
         rsp,
@@ -270,7 +261,7 @@ def read_inputs(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> 
         {r.cluster for r in own_placed},
         fenced={r.cluster for r in own_placed if r.state != binding.BOUND},
     )
-    tenant = tenancy_inputs(req, rsp, namespace)
+    tenant = reading.tenant(req, rsp, namespace)
     if classes is None or snapshot is None or tenant is None:
         return None
     if snapshot.unreadable:
@@ -279,7 +270,7 @@ def read_inputs(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> 
             f"fleet view parts {', '.join(snapshot.unreadable)} in {fleet_view.NAMESPACE} do not "
             "read as a fleet view; scheduled on the whole fleet instead",
         )
-    counted, fleet = _charged(snapshot, own, own_placed)
+    counted, fleet = snapshot.charged(own.values(), own_placed)
     return Inputs(
         name=meta.get("name", ""),
         namespace=namespace,
@@ -287,6 +278,8 @@ def read_inputs(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> 
         spec=spec,
         refused=pod_policy.refusal(spec.engines, spec.serving),
         observed_status=xr.get("status") or {},
+        observed=observed,
+        verdicts=xp.context(req, contracts.VERDICT_CONTEXT),
         classes=classes,
         own=own,
         own_placed=own_placed,
@@ -297,29 +290,16 @@ def read_inputs(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> 
     )
 
 
-def _own_replicas(req: fnv1.RunFunctionRequest) -> dict[str, dict[str, Any]]:
+def _own_replicas(observed: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The ModelReplicas it composed before, observed, by name."""
-    observed = xp.observed_resources(req).values()
     return {
-        (o["metadata"].get("name") or ""): o for o in observed if o.get("kind") == rep.MODEL_REPLICA
+        (o["metadata"].get("name") or ""): o
+        for o in observed.values()
+        if o.get("kind") == rep.MODEL_REPLICA
     }
 
 
-def _charged(
-    snapshot: reading.Snapshot,
-    own: dict[str, dict[str, Any]],
-    own_placed: list[scheduler.PlacedReplica],
-) -> tuple[frozenset[tuple[str, str]], list[scheduler.PlacedReplica]]:
-    """Its own replicas the fleet view counts, and the replicas the scheduler charges besides
-    the view: the view counts what is committed; own replicas it does not, we do. Without a
-    view, every replica on the fleet."""
-    if not snapshot.viewed:
-        return frozenset(), _fleet(snapshot.replicas, own.values())
-    counted = frozenset((r.namespace, r.name) for r in own_placed if snapshot.counts(r))
-    return counted, [r for r in own_placed if (r.namespace, r.name) not in counted]
-
-
-def decide(req: fnv1.RunFunctionRequest, inputs: Inputs) -> Decisions:
+def decide(inputs: Inputs) -> Decisions:
     """Failover (failover.py): replicas on degraded clusters or with pods that stay
     unschedulable, those past the grace period, and those that serve (a replacement releases a
     held replica only once it does); the revision plan; then each revision's schedule, the
@@ -334,14 +314,16 @@ def decide(req: fnv1.RunFunctionRequest, inputs: Inputs) -> Decisions:
         stuck,
     )
     serving = frozenset(
-        n for n, obj in inputs.own.items() if _serves(req, n, obj, clusters.get(_cluster_of(obj)))
+        n
+        for n, obj in inputs.own.items()
+        if _serves(inputs, n, obj, clusters.get(_cluster_of(obj)))
     )
     plan = revisions.plan(
         inputs.spec,
         revision(inputs.raw_spec),
         inputs.observed_status,
         Counter(r.revision for r in inputs.own_placed),
-        xp.context(req, contracts.VERDICT_CONTEXT),
+        inputs.verdicts,
     )
     decided = Decisions(now, degraded, failover.failed(degraded, now), serving, plan, {})
     for rev in sorted(plan.targets, key=lambda r: r == plan.current):  # current last
@@ -349,20 +331,20 @@ def decide(req: fnv1.RunFunctionRequest, inputs: Inputs) -> Decisions:
     return decided
 
 
-def schedule_revision(inputs: Inputs, decided: Decisions, rev: str) -> scheduler.Schedule:
+def schedule_revision(inputs: Inputs, decided: Decisions, rev: str) -> scheduling.Schedule:
     """One revision's schedule: its pins kept and new replicas placed beside the revisions
     scheduled before it, nothing new where the pod policy refuses its templates, then the
     quotas covering the namespace applied."""
     plan, spec = decided.plan, inputs.spec
     place_new = plan.placed_anew(rev)
-    sched = scheduler.schedule(
-        scheduler.Ask(
-            scheduler.engines_from(spec.engines),
+    sched = scheduling.schedule(
+        scheduling.Ask(
+            scheduling.engines_from(spec.engines),
             plan.targets[rev],
             spec.cluster_selector.matches,
             place_new=place_new and not inputs.refused,
         ),
-        scheduler.FleetState(
+        scheduling.FleetState(
             inputs.snapshot.clusters,
             inputs.classes,
             inputs.fleet,
@@ -370,7 +352,7 @@ def schedule_revision(inputs: Inputs, decided: Decisions, rev: str) -> scheduler
             inputs.counted,
             inputs.snapshot.size,
         ),
-        scheduler.Owner(
+        scheduling.Owner(
             own=[r for r in inputs.own_placed if r.revision == rev],
             siblings=[r for other in decided.schedules.values() for r in other.kept],
             namespace=inputs.namespace,
@@ -392,9 +374,7 @@ def schedule_revision(inputs: Inputs, decided: Decisions, rev: str) -> scheduler
     )
 
 
-def compose(
-    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, inputs: Inputs, decided: Decisions
-) -> Composed:
+def compose(rsp: fnv1.RunFunctionResponse, inputs: Inputs, decided: Decisions) -> Composed:
     """Desired resources: per revision, its kept replicas as they are and its new ones, each
     with its endpoint where its cluster routes (`_compose_replica`)."""
     out = Composed()
@@ -417,7 +397,7 @@ def compose(
         ]
         _mark_replacements(sched, inputs.own, replicas[len(sched.kept) :])
         for _, obj in sorted(replicas, key=lambda r: r[0]):
-            _compose_replica(req, rsp, out, inputs, obj=obj, rev=rev)
+            _compose_replica(rsp, out, inputs, obj=obj, rev=rev)
     return out
 
 
@@ -466,7 +446,7 @@ class Report:
 def report(
     spec: ModelDeploymentSpec,
     plan: revisions.Plan,
-    schedules: dict[str, scheduler.Schedule],
+    schedules: dict[str, scheduling.Schedule],
     out: Composed,
     observed_status: dict[str, Any],
 ) -> Report:
@@ -499,7 +479,7 @@ def report(
 def _report_status(
     spec: ModelDeploymentSpec,
     plan: revisions.Plan,
-    schedules: dict[str, scheduler.Schedule],
+    schedules: dict[str, scheduling.Schedule],
     out: Composed,
     observed_status: dict[str, Any],
 ) -> dict[str, Any]:
@@ -550,7 +530,7 @@ def _ready_condition(
 
 
 def _mark_replacements(
-    sched: scheduler.Schedule,
+    sched: scheduling.Schedule,
     own: Mapping[str, dict[str, Any]],
     new: list[tuple[str, dict[str, Any]]],
 ) -> None:
@@ -567,7 +547,7 @@ def _replaces(obj: Mapping[str, Any]) -> str:
 
 
 def _failover_condition(
-    schedules: dict[str, scheduler.Schedule],
+    schedules: dict[str, scheduling.Schedule],
     out: Composed,
     degraded: list[failover.Degraded],
     *,
@@ -625,7 +605,7 @@ def _readiness(out: Composed, rev: str) -> tuple[str, str]:
 
 
 def _under_test_readiness(
-    plan: revisions.Plan, schedules: dict[str, scheduler.Schedule], out: Composed
+    plan: revisions.Plan, schedules: dict[str, scheduling.Schedule], out: Composed
 ) -> dict[str, Any]:
     """`status.canary.readyReplicas` and `.readiness` of the revision under test: what
     ReplicasReady says of the serving revision, for the one the gate waits for (a canary
@@ -652,9 +632,9 @@ def _unschedulable(stuck: list[tuple[str, str]]) -> str:
     return f"{said}; and {more} more replica(s) cannot be scheduled" if more > 0 else said
 
 
-def _bound_condition(schedules: dict[str, scheduler.Schedule]) -> xp.Condition:
+def _bound_condition(schedules: dict[str, scheduling.Schedule]) -> xp.Condition:
     """ReplicasBound: has the binder committed every replica, and do they all still fit? New
-    replicas are proposals until it has (docs/scheduler.md, "Binding")."""
+    replicas are proposals until it has (docs/scheduling.md, "Binding")."""
     kept = sorted((r for s in schedules.values() for r in s.kept), key=lambda r: r.name)
     new = sum(len(s.placed) for s in schedules.values())
     refused = _refused(schedules)
@@ -684,7 +664,7 @@ def _bound_condition(schedules: dict[str, scheduler.Schedule]) -> xp.Condition:
     return xp.Condition(binding.REPLICAS_BOUND, True, binding.BOUND, head)
 
 
-def _over_committed(head: str, bound: list[scheduler.PlacedReplica]) -> xp.Condition | None:
+def _over_committed(head: str, bound: list[scheduling.PlacedReplica]) -> xp.Condition | None:
     """ReplicasBound False while a bound replica no longer fits its pool, else None."""
     over = [f"{r.name}: {r.over_committed}" for r in bound if r.over_committed]
     if not over:
@@ -697,7 +677,7 @@ def _over_committed(head: str, bound: list[scheduler.PlacedReplica]) -> xp.Condi
     )
 
 
-def _refused(schedules: dict[str, scheduler.Schedule]) -> list[scheduler.PlacedReplica]:
+def _refused(schedules: dict[str, scheduling.Schedule]) -> list[scheduling.PlacedReplica]:
     """The replicas released because the binder refused them, by name."""
     released = (r for s in schedules.values() for r in s.released)
     return sorted((r for r in released if r.state == binding.REFUSED_STATE), key=lambda r: r.name)
@@ -746,7 +726,6 @@ class Composed:
 
 
 def _compose_replica(
-    req: fnv1.RunFunctionRequest,
     rsp: fnv1.RunFunctionResponse,
     out: Composed,
     inputs: Inputs,
@@ -763,12 +742,12 @@ def _compose_replica(
         out.replacing.append((replica, cluster_name, _replaces(obj)))
     cluster = clusters.get(cluster_name)
     routable = _routable(cluster)
-    address = scheduler.url_host(cluster.gateway) if cluster and routable else None
+    address = scheduling.url_host(cluster.gateway) if cluster and routable else None
     # a replica on a degraded cluster does not serve: its endpoint leaves the routes, and what
     # its ModelReplica last reported (provider-kubernetes' last look) is not counted
     out.count(rev, replica, seen, ready=xp.is_ready(seen) and routable)
     xp.compose(rsp, rep.resource_name(replica), obj, ready=xp.is_ready(seen))
-    seen_endpoint = _observed(req, rep.endpoint_resource_name(replica))
+    seen_endpoint = inputs.observed.get(rep.endpoint_resource_name(replica))
     # a failover replacement joins the routes once it is Ready (or already has its endpoint):
     # callers are not sent to a replica still staging weights while the held one is kept
     joining = bool(_replaces(obj)) and not xp.is_ready(seen) and seen_endpoint is None
@@ -811,18 +790,18 @@ def _routable(cluster: fleet_model.Cluster | None) -> bool:
         cluster is not None
         and cluster.ready
         and bool(cluster.gateway)
-        and scheduler.url_host(cluster.gateway) is not None
+        and scheduling.url_host(cluster.gateway) is not None
     )
 
 
 def _serves(
-    req: fnv1.RunFunctionRequest,
+    inputs: Inputs,
     replica: str,
     obj: dict[str, Any],
     cluster: fleet_model.Cluster | None,
 ) -> bool:
     """Ready and routed: its ModelReplica Ready, its cluster routable, its endpoint Ready."""
-    endpoint = _observed(req, rep.endpoint_resource_name(replica))
+    endpoint = inputs.observed.get(rep.endpoint_resource_name(replica))
     return xp.is_ready(obj) and _routable(cluster) and xp.is_ready(endpoint)
 
 
@@ -832,25 +811,6 @@ def _why_degraded(cluster: fleet_model.Cluster | None) -> str:
     if cluster.degraded is not None:
         return cluster.degraded.describe()
     return "not Ready" if not cluster.ready else "its gateway has no address"
-
-
-def _fleet(required: list[dict[str, Any]], own: Any) -> list[scheduler.PlacedReplica]:
-    """Every replica on the fleet: the required ones (read without pod templates) plus our own
-    observed ones (read whole), once each."""
-    out: dict[tuple[str, str], scheduler.PlacedReplica] = {}
-    for obj in required:
-        placed = scheduler.placed_replica(obj, whole_spec=False)
-        out[(placed.namespace, placed.name)] = placed
-    for obj in own:
-        placed = scheduler.placed_replica(obj)
-        out[(placed.namespace, placed.name)] = placed
-    return list(out.values())
-
-
-def _observed(req: fnv1.RunFunctionRequest, resource: str) -> dict[str, Any] | None:
-    if resource not in req.observed.resources:
-        return None
-    return xp.to_dict(req.observed.resources[resource].resource)
 
 
 def _engine_pools(obj: dict[str, Any]) -> list[tuple[str, str]]:
@@ -864,7 +824,7 @@ def _engine_pools(obj: dict[str, Any]) -> list[tuple[str, str]]:
 def _canary_status(
     spec: ModelDeploymentSpec,
     plan: revisions.Plan,
-    schedules: dict[str, scheduler.Schedule],
+    schedules: dict[str, scheduling.Schedule],
     observed_status: dict[str, Any],
 ) -> dict[str, Any]:
     """The run, the test in progress, and the gate's record for the current revision in this run
@@ -906,7 +866,7 @@ def _canary_status(
 
 
 def _scheduled_condition(
-    spec: ModelDeploymentSpec, plan: revisions.Plan, schedules: dict[str, scheduler.Schedule]
+    spec: ModelDeploymentSpec, plan: revisions.Plan, schedules: dict[str, scheduling.Schedule]
 ) -> xp.Condition:
     """ReplicasScheduled for the revision being placed (the current one, else the stable one)."""
     if not schedules:  # a first rollout failed the gate: nothing runs

@@ -6,9 +6,9 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from functions.model_deployment.scheduler import Placement
 from plnt import capacity, contracts, labels, names
 from plnt.capacity import binding
+from plnt.capacity.scheduling import Placement
 
 MODEL_REPLICA = "ModelReplica"
 MODEL_ENDPOINT = "ModelEndpoint"

@@ -69,7 +69,6 @@ from plnt.models.model_replica import ModelReplicaSpec, ReplicaEngine, check_eng
 
 CACHE_REQUIREMENT = "model-cache"
 LEDGER_REQUIREMENT = "ledger"
-QUOTA_LEDGERS_REQUIREMENT = ledger_parse.QUOTA_LEDGERS_REQUIREMENT
 NOTHING_COMPOSED = "nothing is composed"
 
 

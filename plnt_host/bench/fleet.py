@@ -242,7 +242,8 @@ class Fleet:
                 uid += 1
                 items.append(fnv1.Resource(resource=bench_scheduler.struct(served(obj, uid))))
         if view:  # the clusters it places on, read by name for their fences, as Crossplane would
-            from functions.model_deployment import fn, reading
+            from functions.model_deployment import fn
+            from plnt.capacity import reading
 
             asked = fn.run_function(req).requirements.resources
             for name, sel in sorted(asked.items()):

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from functions.model_deployment import failover, scheduler
+from functions.model_deployment import failover
 from functions.model_deployment import fn as deployment_fn
 from functions.model_deployment import replicas as rep
 from plnt import cluster_health
-from plnt.capacity import offer
+from plnt.capacity import offer, scheduling
 from plnt.models import model_deployment
 from plnt_host import render
 from tests.functions.test_model_deployment import EXAMPLES, SCHEDULE_ONLY, condition, of_kind
@@ -194,8 +194,8 @@ def _clusters() -> dict[str, offer.Cluster]:
 # --- the pure rules ------------------------------------------------------------------------
 
 
-def _placed(name: str, cluster: str) -> scheduler.PlacedReplica:
-    return scheduler.PlacedReplica("ns", name, "d", "r", cluster, {}, ())
+def _placed(name: str, cluster: str) -> scheduling.PlacedReplica:
+    return scheduling.PlacedReplica("ns", name, "d", "r", cluster, {}, ())
 
 
 def _cluster(name: str, ready: bool) -> offer.Cluster:
@@ -209,15 +209,15 @@ def test_keep_pins_holds_a_failed_replica_until_the_others_serve_enough() -> Non
     a0, b1, c2 = _placed("d-r-0", "a"), _placed("d-r-1", "b"), _placed("d-r-2", "c")
     failed = frozenset({"d-r-0"})
     # before a replacement: the failed one is held, one more is wanted
-    kept, released, held = scheduler.keep_pins([a0, b1], CLUSTERS, 2, failed=failed,
+    kept, released, held = scheduling.keep_pins([a0, b1], CLUSTERS, 2, failed=failed,
                                                serving=frozenset({"d-r-1"}))  # fmt: skip
     assert ([r.name for r in kept], released, held) == (["d-r-1", "d-r-0"], [], [a0])
     # the replacement starts: still held
-    kept, released, held = scheduler.keep_pins([a0, b1, c2], CLUSTERS, 2, failed=failed,
+    kept, released, held = scheduling.keep_pins([a0, b1, c2], CLUSTERS, 2, failed=failed,
                                                serving=frozenset({"d-r-1"}))  # fmt: skip
     assert (held, released) == ([a0], [])
     # it serves: released
-    kept, released, held = scheduler.keep_pins([a0, b1, c2], CLUSTERS, 2, failed=failed,
+    kept, released, held = scheduling.keep_pins([a0, b1, c2], CLUSTERS, 2, failed=failed,
                                                serving=frozenset({"d-r-1", "d-r-2"}))  # fmt: skip
     assert ([r.name for r in kept], released, held) == (["d-r-1", "d-r-2"], [a0], [])
 
@@ -226,7 +226,7 @@ def test_keep_pins_retires_what_does_not_serve_before_what_does() -> None:
     clusters = {**CLUSTERS, "a": _cluster("a", True)}  # the cluster is back
     a0, b1, c2 = _placed("d-r-0", "a"), _placed("d-r-1", "b"), _placed("d-r-2", "c")
     serving = frozenset({"d-r-0", "d-r-1"})  # the replacement d-r-2 still starts
-    kept, released, _ = scheduler.keep_pins([a0, b1, c2], clusters, 2, serving=serving)
+    kept, released, _ = scheduling.keep_pins([a0, b1, c2], clusters, 2, serving=serving)
     assert ([r.name for r in kept], released) == (["d-r-0", "d-r-1"], [c2])
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from functions.inference_cluster import stack
-from functions.model_deployment import scheduler
 from functions.model_replica import replica as model_replica_objects
 from functions.model_replica import workloads
 from plnt import targets, xp
+from plnt.capacity import scheduling
 from plnt.capacity.offer import cluster_of
 from plnt.models import (
     coreweave_cluster,
@@ -220,7 +220,7 @@ def test_the_valid_neighbours_still_parse(parse, spec) -> None:
     ],
 )
 def test_gateway_address_is_a_url_host_or_nothing(address: str, host: str | None) -> None:
-    assert scheduler.url_host(address) == host
+    assert scheduling.url_host(address) == host
 
 
 def test_a_pool_without_a_name_offers_no_capacity() -> None:

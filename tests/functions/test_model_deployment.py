@@ -265,7 +265,7 @@ DEMAND = '{"h100":[[1,{"device:gpu":4},false]]}'
 def test_fleet_objects_are_read_through_their_shapes() -> None:
     from google.protobuf import struct_pb2
 
-    from functions.model_deployment import reading
+    from plnt.capacity import reading
 
     mr = copy.deepcopy(next(o for o in FLEET if o["kind"] == "ModelReplica"))
     mr["metadata"]["managedFields"] = [{"manager": "kubectl"}]
@@ -472,14 +472,15 @@ def test_report_of_a_first_rollout_awaiting_its_verdict() -> None:
     the XR is not Ready, the Canary condition awaits the gate and no warning is raised."""
     from collections import Counter
 
-    from functions.model_deployment import revisions, scheduler
+    from functions.model_deployment import revisions
+    from plnt.capacity import scheduling
     from plnt.models.model_deployment import ModelDeploymentSpec
 
     raw = scenario("deploy-canary").xr["spec"]
     spec = ModelDeploymentSpec.model_validate(raw)
     plan = revisions.plan(spec, "rev-1", {}, Counter())
     assert (plan.outcome, plan.mode) == ("AwaitingVerdict", revisions.FIRST_ROLLOUT)
-    unplaced = scheduler.Schedule([], [], [], spec.replicas, scheduler.SCHEDULED, "")
+    unplaced = scheduling.Schedule([], [], [], spec.replicas, scheduling.SCHEDULED, "")
     said = fn.report(spec, plan, {"rev-1": unplaced}, fn.Composed(), {})
     assert said.status["replicas"] == {"total": 0, "ready": 0}
     assert said.status["revisions"] == {"canary": "rev-1"}

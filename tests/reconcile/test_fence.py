@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from functions.model_deployment import scheduler
 from plnt import capacity
-from plnt.capacity import admission, binding, commit, ledger, offer
+from plnt.capacity import admission, binding, commit, ledger, offer, scheduling
 from tests.support import gpu_shape, spec_asking
 
 GPUS_8 = gpu_shape(8)
@@ -102,9 +101,9 @@ def test_the_scheduler_and_the_binder_read_the_same_fence_alike(
     replicas = [commit.Replica.of(proposal(namespace))]
     binder_admits = not commit.tenancy_refusals(replicas, {"a": obj}, {namespace: labels})
     assert scheduler_admits is binder_admits is committed
-    assert scheduler.keep_pins(
-        [scheduler.placed_replica(proposal(namespace))],
+    assert scheduling.keep_pins(
+        [scheduling.placed_replica(proposal(namespace))],
         {"a": offer.cluster_of(obj)},
         1,
         lambda c: admission.admits(c.fence, ns_labels),
-    )[0] == ([scheduler.placed_replica(proposal(namespace))] if committed else [])
+    )[0] == ([scheduling.placed_replica(proposal(namespace))] if committed else [])

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.model_deployment import scheduler
 from plnt import capacity
-from plnt.capacity import binding, commit, fleet_view, ledger, ledger_parse
+from plnt.capacity import binding, commit, fleet_view, ledger, ledger_parse, scheduling
 from plnt_reconciler import binder
 from tests.reconcile.test_ledger import apply, replica
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
@@ -177,11 +176,11 @@ def test_the_fleet_view_offers_nothing_on_a_closed_cluster_and_says_why() -> Non
 
     spec = {"engines": [engine("llm", member(count=1))]}
     cel = StubCel()
-    result = scheduler.schedule(
-        scheduler.Ask(view(spec["engines"]), 2, lambda labels: True),
-        scheduler.FleetState([read["a"].cluster], list(classes.values())),
-        scheduler.Owner(),
-        scheduler.Cel(cel.evaluate, cel.compile),
+    result = scheduling.schedule(
+        scheduling.Ask(view(spec["engines"]), 2, lambda labels: True),
+        scheduling.FleetState([read["a"].cluster], list(classes.values())),
+        scheduling.Owner(),
+        scheduling.Cel(cel.evaluate, cel.compile),
     )
     assert result.placed == []
     assert result.message.endswith(f"cluster a: {why}")

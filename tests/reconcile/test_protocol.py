@@ -5,7 +5,7 @@ resourceVersions; a ConfigMap write with a stale resourceVersion is refused, as 
 refuses it):
 
 - a proposer is one ModelDeployment's reconciles: it lists the fleet's ModelReplicas (its own
-  snapshot), runs the real scheduler (`functions.model_deployment.scheduler`) and the real
+  snapshot), runs the real scheduler (`plnt.capacity.scheduling`) and the real
   ModelReplica builder on it, then applies each replica it wants and deletes each it releases,
   one call each (as Crossplane applies composed resources). It runs more than once, so a
   refused replica is released and placed again;
@@ -35,10 +35,9 @@ from typing import Any
 import pytest
 
 from functions.model_deployment import replicas as rep
-from functions.model_deployment import scheduler
 from functions.model_replica import fn as model_replica_fn
 from plnt import capacity
-from plnt.capacity import binding, commit, ledger, ledger_parse, quotas
+from plnt.capacity import binding, commit, ledger, ledger_parse, quotas, scheduling
 from plnt.capacity.offer import cluster_of
 from plnt_reconciler import binder
 from tests.scheduler.fleet import StubCel, cluster, engine, klass, member, view
@@ -196,7 +195,7 @@ def propose(case: Case, index: int, snapshot: list[dict]) -> list[tuple[str, Any
     """One reconcile of deployment `index` on `snapshot`: the calls it makes, in order."""
     name, _, wanted = case.deployments[index]
     spec = spec_of(case, index)
-    seen = [scheduler.placed_replica(o) for o in snapshot]
+    seen = [scheduling.placed_replica(o) for o in snapshot]
     own_objs = {
         o["metadata"]["name"]: o
         for o in snapshot
@@ -204,11 +203,11 @@ def propose(case: Case, index: int, snapshot: list[dict]) -> list[tuple[str, Any
     }
     own = [r for r in seen if r.deployment == name]
     cel = StubCel()
-    result = scheduler.schedule(
-        scheduler.Ask(view(spec["engines"]), wanted, lambda labels: True),
-        scheduler.FleetState([cluster_of(c) for c in fleet(case)], CLASSES, seen),
-        scheduler.Owner(own=own),
-        scheduler.Cel(cel.evaluate, cel.compile),
+    result = scheduling.schedule(
+        scheduling.Ask(view(spec["engines"]), wanted, lambda labels: True),
+        scheduling.FleetState([cluster_of(c) for c in fleet(case)], CLASSES, seen),
+        scheduling.Owner(own=own),
+        scheduling.Cel(cel.evaluate, cel.compile),
     )
     calls: list[tuple[str, Any]] = []
     for r in result.released:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.model_deployment import scheduler
 from plnt import capacity
+from plnt.capacity import scheduling
 from plnt.capacity.offer import cluster_of
 from plnt.models.model_deployment import Engine
 
@@ -108,9 +108,9 @@ def member(
     return out
 
 
-def view(engines: list[dict[str, Any]]) -> tuple[scheduler.Engine, ...]:
+def view(engines: list[dict[str, Any]]) -> tuple[scheduling.Engine, ...]:
     """The scheduler's view of spec.engines, parsed by the model the function parses with."""
-    return scheduler.engines_from([Engine.model_validate(e) for e in engines])
+    return scheduling.engines_from([Engine.model_validate(e) for e in engines])
 
 
 def engine(name: str = "llm", *members: dict[str, Any], copies: int = 1) -> dict[str, Any]:
@@ -119,9 +119,9 @@ def engine(name: str = "llm", *members: dict[str, Any], copies: int = 1) -> dict
 
 def placed(
     name: str, cluster_name: str, nodes: dict[str, int], deployment: str = "other"
-) -> scheduler.PlacedReplica:
+) -> scheduling.PlacedReplica:
     """A replica taking a whole node per pod: `nodes` pods on each pool."""
-    return scheduler.PlacedReplica(
+    return scheduling.PlacedReplica(
         namespace="ns",
         name=name,
         deployment=deployment,
@@ -137,21 +137,21 @@ def run(
     clusters: list[dict[str, Any]],
     replicas: int,
     *,
-    fleet: list[scheduler.PlacedReplica] = (),
-    own: list[scheduler.PlacedReplica] = (),
+    fleet: list[scheduling.PlacedReplica] = (),
+    own: list[scheduling.PlacedReplica] = (),
     selector=lambda labels: True,
     classes: list[dict[str, Any]] = CLASSES,
     cel: StubCel | None = None,
-) -> scheduler.Schedule:
+) -> scheduling.Schedule:
     cel = cel or StubCel()
-    return scheduler.schedule(
-        scheduler.Ask(view(engines), replicas, selector),
-        scheduler.FleetState([cluster_of(c) for c in clusters], classes, list(fleet)),
-        scheduler.Owner(own=list(own)),
-        scheduler.Cel(cel.evaluate, cel.compile),
+    return scheduling.schedule(
+        scheduling.Ask(view(engines), replicas, selector),
+        scheduling.FleetState([cluster_of(c) for c in clusters], classes, list(fleet)),
+        scheduling.Owner(own=list(own)),
+        scheduling.Cel(cel.evaluate, cel.compile),
     )
 
 
-def where(result: scheduler.Schedule) -> list[tuple[str, tuple[str, ...]]]:
+def where(result: scheduling.Schedule) -> list[tuple[str, tuple[str, ...]]]:
     """New placements as (cluster, engine pools)."""
     return [(p.cluster, tuple(e.pool for e in p.engines)) for p in result.placed]

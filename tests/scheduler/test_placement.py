@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from functions.model_deployment import scheduler
 from plnt import capacity
+from plnt.capacity import scheduling
 from plnt.capacity.offer import cluster_of
 from tests.scheduler.fleet import (
     CLASSES,
@@ -110,7 +110,7 @@ def test_placement(case: dict) -> None:
     engines, clusters, replicas = case.pop("engines"), case.pop("clusters"), case.pop("replicas")
     result = run(engines, clusters, replicas, **case)
     assert where(result) == expect
-    assert result.reason == scheduler.SCHEDULED
+    assert result.reason == scheduling.SCHEDULED
     assert result.message == f"placed {replicas} of {replicas} replicas"
 
 
@@ -118,7 +118,7 @@ def test_capacity_counts_every_deployments_replicas() -> None:
     fleet = [placed("x-0", "a", {"gpu-l4": 3}), placed("y-0", "a", {"gpu-l4": 1})]
     result = run([engine()], [cluster("a", [L4])], 1, fleet=fleet)
     assert result.placed == []
-    assert result.reason == scheduler.INSUFFICIENT_CAPACITY
+    assert result.reason == scheduling.INSUFFICIENT_CAPACITY
     assert "placed 0 of 1 replicas" in result.message
     # Capacity is counted in devices; every L4 is taken (by whole-node replicas).
     assert (
@@ -136,7 +136,7 @@ def test_shortfall_says_why_per_cluster_and_pool() -> None:
     ]
     result = run([big], clusters, 3)
     assert where(result) == [("a", ("h",))]
-    assert result.reason == scheduler.INSUFFICIENT_CAPACITY
+    assert result.reason == scheduling.INSUFFICIENT_CAPACITY
     msg = result.message
     assert msg.startswith("placed 1 of 3 replicas; ")
     assert (
@@ -155,7 +155,7 @@ def test_shortfall_says_why_per_cluster_and_pool() -> None:
 
 def test_no_matching_clusters() -> None:
     result = run([engine()], [cluster("a", [L4])], 2, selector=lambda labels: False)
-    assert result.reason == scheduler.NO_MATCHING_CLUSTERS
+    assert result.reason == scheduling.NO_MATCHING_CLUSTERS
     assert result.message == (
         "placed 0 of 2 replicas; no InferenceCluster matches clusterSelector (1 on the fleet)"
     )
@@ -164,13 +164,13 @@ def test_no_matching_clusters() -> None:
 def test_unmatched_clusters_are_counted_in_a_shortfall() -> None:
     clusters = [cluster("a", [("p", "l4", 0)], labels={"x": "1"}), cluster("b", [L4])]
     result = run([engine()], clusters, 1, selector=lambda labels: labels.get("x") == "1")
-    assert result.reason == scheduler.INSUFFICIENT_CAPACITY
+    assert result.reason == scheduling.INSUFFICIENT_CAPACITY
     assert result.message.endswith("; 1 clusters do not match clusterSelector")
 
 
 def test_invalid_selector_names_the_field() -> None:
     result = run([engine("e", member(selectors=("mem>=1", "syntax(")))], [cluster("a", [L4])], 1)
-    assert result.reason == scheduler.INVALID_NODE_SELECTOR
+    assert result.reason == scheduling.INVALID_NODE_SELECTOR
     assert result.placed == []
     assert (
         "spec.engines[0].members[0].nodeSelector.devices[0].selectors[1].cel: Syntax error"
@@ -225,7 +225,7 @@ def test_pins_survive_a_degraded_cluster_and_go_with_a_deleted_one() -> None:
     assert [r.name for r in result.released] == ["m-1"]
     assert where(result) == [("b", ("gpu-l4",))]
     assert "m-1 released (cluster deleted is gone)" in result.message
-    assert result.reason == scheduler.SCHEDULED
+    assert result.reason == scheduling.SCHEDULED
 
 
 def test_scaling_down_releases_degraded_then_highest_index() -> None:
@@ -250,11 +250,11 @@ def test_pinned_replicas_count_for_spreading_and_capacity() -> None:
 
 
 def test_keep_only_never_places() -> None:
-    result = scheduler.schedule(
-        scheduler.Ask(view([engine()]), 3, lambda labels: True, place_new=False),
-        scheduler.FleetState([cluster_of(cluster("a", [L4]))], [klass("l4")]),
-        scheduler.Owner(own=[placed("m-0", "a", {"gpu-l4": 1}, "m")]),
-        scheduler.Cel(StubCel().evaluate, StubCel.compile),
+    result = scheduling.schedule(
+        scheduling.Ask(view([engine()]), 3, lambda labels: True, place_new=False),
+        scheduling.FleetState([cluster_of(cluster("a", [L4]))], [klass("l4")]),
+        scheduling.Owner(own=[placed("m-0", "a", {"gpu-l4": 1}, "m")]),
+        scheduling.Cel(StubCel().evaluate, StubCel.compile),
     )
     assert [r.name for r in result.kept] == ["m-0"]
     assert result.placed == []
@@ -290,7 +290,7 @@ def test_a_replica_made_by_hand_costs_a_whole_node_per_pod_with_devices() -> Non
             ],
         },
     }
-    replica = scheduler.placed_replica(obj)
+    replica = scheduling.placed_replica(obj)
     assert dict(replica.demand) == capacity.whole_nodes({"p": 3, "q": 1})
     assert replica.engine_pools == (("g", "p"), ("h", "q"), ("cpu", "q"))
     assert (replica.deployment, replica.cluster) == ("r", "a")
@@ -302,7 +302,7 @@ def test_a_replica_made_by_hand_costs_a_whole_node_per_pod_with_devices() -> Non
 def test_one_gpu_replicas_share_an_eight_gpu_node_up_to_its_devices() -> None:
     result = run([engine()], [cluster("a", [("h", "h100", 1)])], 9)
     assert where(result) == [("a", ("h",))] * 8
-    assert result.reason == scheduler.INSUFFICIENT_CAPACITY
+    assert result.reason == scheduling.INSUFFICIENT_CAPACITY
     assert result.message == (
         "placed 8 of 9 replicas; cluster a: engine llm: pool h: not enough free gpu (need 1 on "
         "one node, 0 of 8 free in the pool)"
@@ -333,7 +333,7 @@ def test_gangs_stay_whole_node() -> None:
 
 def test_a_shared_node_is_not_free_for_a_gang() -> None:
     fleet = [
-        scheduler.PlacedReplica(
+        scheduling.PlacedReplica(
             namespace="research",
             name="small-0",
             deployment="small",
@@ -378,7 +378,7 @@ def test_the_pool_that_wastes_least_still_wins_and_small_nodes_break_ties() -> N
     assert where(result) == [("a", ("gpu-l4",))]
     # joining a used H100 node idles nothing either: the L4 (smaller node) still wins the tie
     fleet = [
-        scheduler.PlacedReplica(
+        scheduling.PlacedReplica(
             namespace="o",
             name="x-0",
             deployment="x",
@@ -393,8 +393,8 @@ def test_the_pool_that_wastes_least_still_wins_and_small_nodes_break_ties() -> N
 
 
 def test_bound_replicas_count_by_their_slots_refused_ones_not_at_all() -> None:
-    def replica(name: str, **kw) -> scheduler.PlacedReplica:
-        return scheduler.PlacedReplica(
+    def replica(name: str, **kw) -> scheduling.PlacedReplica:
+        return scheduling.PlacedReplica(
             namespace="o",
             name=name,
             deployment="o",
@@ -417,7 +417,7 @@ def test_bound_replicas_count_by_their_slots_refused_ones_not_at_all() -> None:
 
 
 def test_a_refused_replica_is_replaced_away_from_the_pool_that_refused_it() -> None:
-    refused = scheduler.PlacedReplica(
+    refused = scheduling.PlacedReplica(
         namespace="ns",
         name="m-0",
         deployment="m",
@@ -467,7 +467,7 @@ PIN_UNDER_A_FENCE = {
 def test_a_pin_not_yet_bound_lasts_only_while_its_cluster_admits_the_namespace(
     state: str, fence: dict | None, kept: bool, expect: list, said: str
 ) -> None:
-    own = scheduler.PlacedReplica(
+    own = scheduling.PlacedReplica(
         namespace="ns",
         name="m-0",
         deployment="m",
@@ -485,11 +485,11 @@ def test_a_pin_not_yet_bound_lasts_only_while_its_cluster_admits_the_namespace(
         cluster_of(cluster("b", [("gpu-l4", "l4", 2)])),
     ]
     cel = StubCel()
-    result = scheduler.schedule(
-        scheduler.Ask(view([engine()]), 1, lambda labels: True),
-        scheduler.FleetState(clusters, CLASSES, [own]),
-        scheduler.Owner(own=[own], namespace="ns", labels={"kubernetes.io/metadata.name": "ns"}),
-        scheduler.Cel(cel.evaluate, cel.compile),
+    result = scheduling.schedule(
+        scheduling.Ask(view([engine()]), 1, lambda labels: True),
+        scheduling.FleetState(clusters, CLASSES, [own]),
+        scheduling.Owner(own=[own], namespace="ns", labels={"kubernetes.io/metadata.name": "ns"}),
+        scheduling.Cel(cel.evaluate, cel.compile),
     )
     assert [r.name for r in result.kept] == (["m-0"] if kept else [])
     assert where(result) == expect

@@ -7,8 +7,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from functions.model_deployment import scheduler
 from plnt import capacity as pcapacity
+from plnt.capacity import scheduling
 from plnt.capacity.offer import class_shape, cluster_of
 from tests.scheduler.fleet import CLASSES, GPUS, StubCel, cluster, engine, member, placed, view
 
@@ -39,7 +39,7 @@ def fleet_of(spec: list) -> list[dict]:
     ]
 
 
-def other_replicas(fleet: list[dict], spec: list) -> list[scheduler.PlacedReplica]:
+def other_replicas(fleet: list[dict], spec: list) -> list[scheduling.PlacedReplica]:
     out = []
     for n, (ci, pj, nodes) in enumerate(spec):
         if not fleet:
@@ -51,13 +51,13 @@ def other_replicas(fleet: list[dict], spec: list) -> list[scheduler.PlacedReplic
     return out
 
 
-def schedule(engs: list, fleet: list, fleet_replicas: list, replicas: int) -> scheduler.Schedule:
+def schedule(engs: list, fleet: list, fleet_replicas: list, replicas: int) -> scheduling.Schedule:
     cel = StubCel()
-    return scheduler.schedule(
-        scheduler.Ask(view(engs), replicas, lambda labels: True),
-        scheduler.FleetState([cluster_of(c) for c in fleet], CLASSES, fleet_replicas),
-        scheduler.Owner(),
-        scheduler.Cel(cel.evaluate, cel.compile),
+    return scheduling.schedule(
+        scheduling.Ask(view(engs), replicas, lambda labels: True),
+        scheduling.FleetState([cluster_of(c) for c in fleet], CLASSES, fleet_replicas),
+        scheduling.Owner(),
+        scheduling.Cel(cel.evaluate, cel.compile),
     )
 
 
@@ -150,8 +150,8 @@ def test_never_raises_on_half_reported_clusters(
     stray = [placed("s-0", "nowhere", {"p0": 3}), placed("s-1", "c0", {"unknown": 2})]
     result = schedule(engs, fleet, stray, replicas)
     assert result.reason in (
-        scheduler.SCHEDULED,
-        scheduler.INSUFFICIENT_CAPACITY,
-        scheduler.NO_MATCHING_CLUSTERS,
-        scheduler.INVALID_NODE_SELECTOR,  # a selector that errs on every device
+        scheduling.SCHEDULED,
+        scheduling.INSUFFICIENT_CAPACITY,
+        scheduling.NO_MATCHING_CLUSTERS,
+        scheduling.INVALID_NODE_SELECTOR,  # a selector that errs on every device
     )

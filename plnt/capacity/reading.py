@@ -17,8 +17,9 @@ from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import capacity, cluster_health, contracts
-from plnt.capacity import binding, fleet_view, offer, pool_nodes
+from plnt import capacity, cluster_health, contracts, xp
+from plnt.capacity import binding, fleet_view, ledger_parse, offer, pool_nodes, scheduling
+from plnt.capacity.tenant import Tenant
 
 Shape = Any  # dict[str, Shape] | list[Shape] | bool
 
@@ -134,6 +135,32 @@ class Snapshot:
         """Whether the view already counts this (own, bound) replica's slots."""
         view = self.views.get(replica.cluster)
         return replica.state == binding.BOUND and view is not None and replica.ledger <= view.ledger
+
+    def charged(
+        self, own: Iterable[dict[str, Any]], own_placed: Sequence[scheduling.PlacedReplica]
+    ) -> tuple[frozenset[tuple[str, str]], list[scheduling.PlacedReplica]]:
+        """A deployment's own replicas the view counts, and the replicas the scheduler charges
+        besides the view: the view counts what is committed; own replicas it does not, the
+        deployment does. Without a view, every replica on the fleet."""
+        if not self.viewed:
+            return frozenset(), _every_replica(self.replicas, own)
+        counted = frozenset((r.namespace, r.name) for r in own_placed if self.counts(r))
+        return counted, [r for r in own_placed if (r.namespace, r.name) not in counted]
+
+
+def _every_replica(
+    required: Iterable[dict[str, Any]], own: Iterable[dict[str, Any]]
+) -> list[scheduling.PlacedReplica]:
+    """Every replica on the fleet: the required ones (read without pod templates) plus the
+    deployment's own observed ones (read whole), once each."""
+    out: dict[tuple[str, str], scheduling.PlacedReplica] = {}
+    for obj in required:
+        placed = scheduling.placed_replica(obj, whole_spec=False)
+        out[(placed.namespace, placed.name)] = placed
+    for obj in own:
+        placed = scheduling.placed_replica(obj)
+        out[(placed.namespace, placed.name)] = placed
+    return list(out.values())
 
 
 class _ViewUse(Mapping[tuple[str, str], tuple[capacity.NodeUse, ...]]):
@@ -251,3 +278,19 @@ def _whole_fleet(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) ->
     parsed = [offer.cluster_of(c) for c in clusters]
     every = frozenset(c.name for c in parsed)
     return Snapshot(parsed, replicas, {}, len(parsed), False, read=every)
+
+
+NAMESPACE_REQUIREMENT = "namespace"
+
+
+def tenant(
+    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, namespace: str
+) -> Tenant | None:
+    """The namespace's Namespace (by name, for the fences) and the binder's quota ledgers; None
+    until Crossplane has answered both."""
+    ns = xp.require(req, rsp, NAMESPACE_REQUIREMENT, "v1", "Namespace", match_name=namespace)
+    ledgers = ledger_parse.require_quota_ledgers(req, rsp)
+    if ns is None or ledgers is None:
+        return None
+    read, _ = ledger_parse.quota_ledgers_in(ledgers)
+    return Tenant.of(namespace, ns[0] if ns else None, read)
