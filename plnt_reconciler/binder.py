@@ -185,6 +185,23 @@ class ClusterOutcome:
         return text + (f" [error: {self.error}]" if self.error else "")
 
 
+@dataclasses.dataclass
+class _PassReads:
+    """What a pass reads before it decides, the ledgers before the replicas (`Binder._after`)."""
+
+    clusters: dict[str, dict[str, Any]]  # InferenceClusters by name
+    classes: dict[str, dict[str, Any]]  # InferenceClasses by name
+    inference_quotas: dict[str, dict[str, Any]]  # by name
+    namespaces: dict[str, dict[str, str]]  # each Namespace's labels
+    config_maps: Mapping[str, Mapping[str, Any]]  # the ledger namespace's, by name
+    counted: _Lazy  # the ledger sequence the fleet view last counted per cluster
+    ledgers: dict[str, commit.Held[ledger.Ledger]]
+    quota_ledgers: dict[str, commit.Held[quotas.QuotaLedger]]
+    # A quota's conflict lists them again, in place, for the rest of the pass.
+    replicas: list[commit.Replica]
+    caches: list[commit.Replica]
+
+
 class Binder:
     def __init__(
         self,
@@ -457,6 +474,35 @@ class Binder:
     # --- a pass ---------------------------------------------------------------------------
 
     def bind_once(self) -> list[ClusterOutcome]:
+        """One pass (the module's docstring): read, reserve each quota, refuse what tenancy
+        keeps off, bind each cluster, then write what others read (the fleet view, the nudges,
+        each quota's status)."""
+        seen = self._read_pass()
+        closed = {n: h.closed for n, h in seen.ledgers.items() if h.closed is not None}
+        closed_quotas = {n: h.closed for n, h in seen.quota_ledgers.items() if h.closed is not None}
+        decided = self._reserve_quotas(seen, set(closed), closed_quotas)
+        fenced = commit.tenancy_refusals(seen.replicas, seen.clusters, seen.namespaces)
+        # before any commit: a replica is bound only into a namespace its cluster prepares
+        self.publish_tenants(seen.clusters, seen.replicas, fenced)
+        refuse = {
+            **commit.quota_refusals(seen.replicas, decided),
+            **commit.closed_quota_refusals(
+                seen.inference_quotas, closed_quotas, seen.replicas, seen.namespaces
+            ),
+            **fenced,
+        }
+        outcomes, committed = self._bind_clusters(seen, refuse, closed)
+        self._refuse_unknown_clusters(seen.replicas, set(seen.clusters))
+        self.write_view(seen.clusters, seen.classes, committed, closed, seen.config_maps)
+        self.nudge(seen.clusters, seen.replicas, set(closed))
+        self._publish_quotas(seen, decided)
+        return outcomes
+
+    def _read_pass(self) -> _PassReads:
+        """What a pass decides from: the clusters (their health and nodes published first, when
+        it probes), classes, quotas and namespaces; then every ledger (a forgotten one started
+        again, the quota ledgers of deleted quotas removed); then the replicas, and the caches
+        when a quota weighs them."""
         objects = self.reads.objects
         clusters = {c["metadata"]["name"]: c for c in objects("inferenceclusters")}
         if self.prober is not None:
@@ -464,7 +510,7 @@ class Binder:
             clusters = self.publish_health(clusters, self.prober.streaks())
             clusters = self.publish_nodes(clusters, self.prober.nodes())
         classes = {c["metadata"]["name"]: c for c in objects("inferenceclasses")}
-        quotas = {q["metadata"]["name"]: q for q in objects("inferencequotas")}
+        listed_quotas = {q["metadata"]["name"]: q for q in objects("inferencequotas")}
         namespaces = self.namespaces()
         # the ledgers first, then the replicas (`_after`)
         cms = self.reads.config_maps()
@@ -472,65 +518,92 @@ class Binder:
         read = self.read_ledgers(set(clusters), lambda c: counted().get(c, 0), cms)
         for name in sorted(self.forget_lost & set(clusters)):
             read[name] = self._forgotten(name, read[name])
-        quota_read = self.read_quota_ledgers(set(quotas), lambda q: _quota_counted(quotas[q]), cms)
-        self._remove_orphan_quota_ledgers(set(quotas), cms)
+        quota_read = self.read_quota_ledgers(
+            set(listed_quotas), lambda q: _quota_counted(listed_quotas[q]), cms
+        )
+        self._remove_orphan_quota_ledgers(set(listed_quotas), cms)
         replicas = [commit.Replica.of(o) for o in self._after(cms, "modelreplicas")]
-        caches = self._caches(quotas.values(), cms)
-        closed = {n: h.closed for n, h in read.items() if h.closed is not None}
-        closed_quotas = {n: h.closed for n, h in quota_read.items() if h.closed is not None}
-        decided: list[commit.QuotaDecision] = []
-        for name in sorted(set(quotas) - set(closed_quotas)):
-            decided.append(
-                self._reserve(
-                    quotas[name],
-                    quota_read[name],
-                    replicas,
-                    caches,
-                    namespaces,
-                    clusters=clusters,
-                    closed=set(closed),
-                )
+        caches = self._caches(listed_quotas.values(), cms)
+        return _PassReads(
+            clusters=clusters,
+            classes=classes,
+            inference_quotas=listed_quotas,
+            namespaces=namespaces,
+            config_maps=cms,
+            counted=counted,
+            ledgers=read,
+            quota_ledgers=quota_read,
+            replicas=replicas,
+            caches=caches,
+        )
+
+    def _reserve_quotas(
+        self,
+        seen: _PassReads,
+        closed: set[str],
+        closed_quotas: Mapping[str, commit.Closed],
+    ) -> list[commit.QuotaDecision]:
+        """Each quota's reservations (`_reserve`), a quota whose ledger does not read left
+        out: before any cluster commits, which counts on them."""
+        return [
+            self._reserve(
+                seen.inference_quotas[name],
+                seen.quota_ledgers[name],
+                seen.replicas,
+                seen.caches,
+                seen.namespaces,
+                clusters=seen.clusters,
+                closed=set(closed),
             )
-        fenced = commit.tenancy_refusals(replicas, clusters, namespaces)
-        # before any commit: a replica is bound only into a namespace its cluster prepares
-        self.publish_tenants(clusters, replicas, fenced)
-        refuse = {
-            **commit.quota_refusals(replicas, decided),
-            **commit.closed_quota_refusals(quotas, closed_quotas, replicas, namespaces),
-            **fenced,
-        }
+            for name in sorted(set(seen.inference_quotas) - set(closed_quotas))
+        ]
+
+    def _bind_clusters(
+        self,
+        seen: _PassReads,
+        refuse: Mapping[str, str],
+        closed: dict[str, commit.Closed],
+    ) -> tuple[list[ClusterOutcome], dict[str, ledger.Ledger]]:
+        """Binds each cluster in turn (`_bind_cluster`): the outcomes, and every ledger as
+        committed. `closed` gains each cluster whose ledger turned out unreadable, and each whose
+        binding failed with no ledger read."""
         outcomes = []
         committed: dict[str, ledger.Ledger] = {}
-        for name in sorted(clusters):
+        for name in sorted(seen.clusters):
             outcome = ClusterOutcome(name)
             try:
                 committed[name] = self._bind_cluster(
-                    clusters[name], classes, read[name], replicas, outcome, refuse=refuse
+                    seen.clusters[name],
+                    seen.classes,
+                    seen.ledgers[name],
+                    seen.replicas,
+                    outcome,
+                    refuse=refuse,
                 )
             except Exception as err:  # one cluster's failure must not stop the others
                 outcome.error = f"{type(err).__name__}: {err}"
                 log.warning("%s", outcome.line())
-                state = read[name].state
+                state = seen.ledgers[name].state
                 if state is not None:
                     committed[name] = state  # what it held when read: still committed
                 else:
                     closed.setdefault(
-                        name, commit.Closed("", outcome.error, counted().get(name, 0))
+                        name, commit.Closed("", outcome.error, seen.counted().get(name, 0))
                     )
             if outcome.closed is not None:
                 closed[name] = outcome.closed
             outcomes.append(outcome)
-            self._report_cluster(clusters[name], outcome.closed, outcome.rebuilt)
-        self._refuse_unknown_clusters(replicas, set(clusters))
-        self.write_view(clusters, classes, committed, closed, cms)
-        self.nudge(clusters, replicas, set(closed))
+            self._report_cluster(seen.clusters[name], outcome.closed, outcome.rebuilt)
+        return outcomes, committed
+
+    def _publish_quotas(self, seen: _PassReads, decided: list[commit.QuotaDecision]) -> None:
+        """Each quota's status where its reservations were written, and its ledger's Events."""
         for d in decided:
             if d.written:
-                self.write_quota_status(quotas[d.ledger.quota], d.ledger)
-        for name in sorted(quotas):
-            held = quota_read[name]
-            self._report_quota(quotas[name], held.closed, held.rebuilt)
-        return outcomes
+                self.write_quota_status(seen.inference_quotas[d.ledger.quota], d.ledger)
+        for name in sorted(seen.inference_quotas):
+            held = seen.quota_ledgers[name]
+            self._report_quota(seen.inference_quotas[name], held.closed, held.rebuilt)
 
     # --- cluster health ---------------------------------------------------------------------
 
@@ -867,56 +940,75 @@ class Binder:
         name = cluster["metadata"]["name"]
         last = ledger.Ledger(cluster=name)
         fresh = False  # `held` and `replicas` were read just now, not at the start of the pass
-
-        def reread() -> tuple[commit.Held[ledger.Ledger], list[commit.Replica]]:
-            held = self.read_ledger(name)  # first the ledger, then the list
-            return held, [commit.Replica.of(o) for o in self._list("modelreplicas")]
-
         for _ in range(MAX_ATTEMPTS):
             state = held.state
             if state is None:
-                closed = held.closed
-                assert closed is not None
-                if not fresh and commit.refuse_closed(name, closed, replicas)[1]:
-                    (held, replicas), fresh = reread(), True
-                    continue
-                self._refuse_closed(name, closed, replicas, outcome)
-                return last
-            last = state
-            pools = commit.pools_of(cluster, classes)
-            mine = [r for r in replicas if r.cluster == name]
-            # A forgotten ledger binds first the replicas that were bound there (by their
-            # annotations: they are most likely serving); all are proposals, checked as any.
-            first = frozenset(
-                r.key for r in mine if held.forgotten and r.state.state == binding.BOUND
-            )
-            decision = commit.decide(
-                state, mine, pools, alive={r.uid for r in replicas}, refuse=refuse, first=first
-            )
-            writing = decision.changed or held.write_record or held.publish
-            if decision.annotate and not writing and not fresh:
-                (held, replicas), fresh = reread(), True
-                continue
-            if not self.write_ledger(
-                CLUSTER_LEDGERS, name, held, decision.ledger, decision.changed
-            ):
-                outcome.conflicts += 1
-                (held, replicas), fresh = reread(), True
-                continue
-            outcome.rebuilt = held.rebuilt
-            if self.crash_after_ledger_write and decision.changed and decision.annotate:
-                self._crash(name, sorted(decision.annotate))
-            uids = {r.key: r.uid for r in mine}
-            for key, writes in sorted(decision.annotate.items()):
-                self.annotate(key, uids[key], writes)
-            outcome.bound, outcome.refused, outcome.over = (
-                len(decision.bound),
-                decision.refused,
-                decision.over,
-            )
-            return decision.ledger if decision.changed else state
+                if self._refuse_closed_ledger(name, held, replicas, outcome, fresh=fresh):
+                    return last
+            else:
+                last = state
+                decision, mine = _decide_cluster(
+                    cluster, classes, state, replicas, refuse, forgotten=held.forgotten
+                )
+                if self._write_decision(name, held, decision, mine, outcome, fresh=fresh):
+                    return decision.ledger if decision.changed else state
+            held = self.read_ledger(name)  # first the ledger, then the list
+            replicas = [commit.Replica.of(o) for o in self._list("modelreplicas")]
+            fresh = True
         outcome.error = f"the ledger kept changing ({MAX_ATTEMPTS} conflicts)"
         return last
+
+    def _refuse_closed_ledger(
+        self,
+        cluster: str,
+        held: commit.Held[ledger.Ledger],
+        replicas: list[commit.Replica],
+        outcome: ClusterOutcome,
+        *,
+        fresh: bool,
+    ) -> bool:
+        """Refuses the proposals of a cluster whose ledger cannot be read (`_refuse_closed`);
+        False, refusing nothing, when that would annotate replicas from the pass's copy of the
+        ledger: read it again first."""
+        closed = held.closed
+        assert closed is not None
+        if not fresh and commit.refuse_closed(cluster, closed, replicas)[1]:
+            return False
+        self._refuse_closed(cluster, closed, replicas, outcome)
+        return True
+
+    def _write_decision(
+        self,
+        cluster: str,
+        held: commit.Held[ledger.Ledger],
+        decision: commit.Decision,
+        mine: list[commit.Replica],
+        outcome: ClusterOutcome,
+        *,
+        fresh: bool,
+    ) -> bool:
+        """Writes the decision's ledger, then its annotations on the cluster's replicas (`mine`),
+        and records it in `outcome`. False, writing nothing, when it would annotate with no ledger
+        write from the pass's copy of the ledger, and when another writer changed the ledger
+        first (a conflict): read again and decide again."""
+        writing = decision.changed or held.write_record or held.publish
+        if decision.annotate and not writing and not fresh:
+            return False
+        if not self.write_ledger(CLUSTER_LEDGERS, cluster, held, decision.ledger, decision.changed):
+            outcome.conflicts += 1
+            return False
+        outcome.rebuilt = held.rebuilt
+        if self.crash_after_ledger_write and decision.changed and decision.annotate:
+            self._crash(cluster, sorted(decision.annotate))
+        uids = {r.key: r.uid for r in mine}
+        for key, writes in sorted(decision.annotate.items()):
+            self.annotate(key, uids[key], writes)
+        outcome.bound, outcome.refused, outcome.over = (
+            len(decision.bound),
+            decision.refused,
+            decision.over,
+        )
+        return True
 
     def _crash(self, cluster: str, unannotated: list[str]) -> None:
         log.critical(
@@ -1045,6 +1137,30 @@ class Binder:
             )
             if r.refused_annotation != value:
                 self.annotate(r.key, r.uid, {binding.REFUSED: value})
+
+
+def _decide_cluster(
+    cluster: Mapping[str, Any],
+    classes: Mapping[str, Mapping[str, Any]],
+    state: ledger.Ledger,
+    replicas: list[commit.Replica],
+    refuse: Mapping[str, str] | None,
+    *,
+    forgotten: bool,
+) -> tuple[commit.Decision, list[commit.Replica]]:
+    """The cluster's next ledger (`commit.decide` on `state`, a ledger `forgotten` when the
+    operator started it again), and the cluster's replicas among `replicas`, which the
+    decision's annotations go on."""
+    name = cluster["metadata"]["name"]
+    pools = commit.pools_of(cluster, classes)
+    mine = [r for r in replicas if r.cluster == name]
+    # A forgotten ledger binds first the replicas that were bound there (by their
+    # annotations: they are most likely serving); all are proposals, checked as any.
+    first = frozenset(r.key for r in mine if forgotten and r.state.state == binding.BOUND)
+    decision = commit.decide(
+        state, mine, pools, alive={r.uid for r in replicas}, refuse=refuse, first=first
+    )
+    return decision, mine
 
 
 class _Lazy:

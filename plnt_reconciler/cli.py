@@ -26,12 +26,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from plnt_reconciler.decision import Policy
 
 if TYPE_CHECKING:
+    from plnt_reconciler.binder import ClusterOutcome
     from plnt_reconciler.kube import Kube
     from plnt_reconciler.loop import Reconciler
 
@@ -124,7 +125,9 @@ def seconds(duration: str) -> float | None:
     return int(match[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match[2]]
 
 
-def _check(args: argparse.Namespace) -> str:
+def _rate_window_problem(args: argparse.Namespace) -> str:
+    """What is wrong with --rate-window, alone or against the stabilization window ("" if
+    nothing)."""
     window = seconds(args.rate_window)
     if window is None or window <= 0:
         return f"--rate-window {args.rate_window!r}: give a duration like 90s or 2m"
@@ -132,26 +135,42 @@ def _check(args: argparse.Namespace) -> str:
         # rate() over a young series (a pod just added) reads low for one rate window; the
         # stabilization window must outlast that or every scale-up invites a scale-down.
         return "--stabilization-seconds must be at least the --rate-window"
-    if args.interval <= 0:
-        return "--interval must be > 0"
-    if args.max_step < 1:
-        return "--max-step must be >= 1"
-    if args.stabilization_seconds < 0:
-        return "--stabilization-seconds must be >= 0"
-    if args.stale_after <= 0:
-        return "--stale-after must be > 0"
-    if args.bind_interval <= 0:
-        return "--bind-interval must be > 0"
-    if args.probe_interval < 0 or args.probe_timeout <= 0:
-        return "--probe-interval must be >= 0 and --probe-timeout > 0"
-    if args.probe_interval and args.probe_timeout >= args.probe_interval:
-        # a probe still waiting when its next one is due makes it skip a round
-        return "--probe-timeout must be less than --probe-interval"
-    if args.probe_failures < 1 or args.probe_successes < 1:
-        return "--probe-failures and --probe-successes must be >= 1"
-    if args.forget_lost_ledger and not (args.bind_only and args.once):
-        return "--forget-lost-ledger is one decision: give it with --bind-only --once"
     return ""
+
+
+# The other option checks, in the order they are reported: (is it invalid, what to say).
+_OPTION_RULES: tuple[tuple[Callable[[argparse.Namespace], bool], str], ...] = (
+    (lambda a: a.interval <= 0, "--interval must be > 0"),
+    (lambda a: a.max_step < 1, "--max-step must be >= 1"),
+    (lambda a: a.stabilization_seconds < 0, "--stabilization-seconds must be >= 0"),
+    (lambda a: a.stale_after <= 0, "--stale-after must be > 0"),
+    (lambda a: a.bind_interval <= 0, "--bind-interval must be > 0"),
+    (
+        lambda a: a.probe_interval < 0 or a.probe_timeout <= 0,
+        "--probe-interval must be >= 0 and --probe-timeout > 0",
+    ),
+    # a probe still waiting when its next one is due makes it skip a round
+    (
+        lambda a: bool(a.probe_interval) and a.probe_timeout >= a.probe_interval,
+        "--probe-timeout must be less than --probe-interval",
+    ),
+    (
+        lambda a: a.probe_failures < 1 or a.probe_successes < 1,
+        "--probe-failures and --probe-successes must be >= 1",
+    ),
+    (
+        lambda a: bool(a.forget_lost_ledger) and not (a.bind_only and a.once),
+        "--forget-lost-ledger is one decision: give it with --bind-only --once",
+    ),
+)
+
+
+def _check(args: argparse.Namespace) -> str:
+    """The first problem with the options, "" when there is none."""
+    problem = _rate_window_problem(args)
+    if problem:
+        return problem
+    return next((message for invalid, message in _OPTION_RULES if invalid(args)), "")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -232,9 +251,7 @@ def _once(cluster: Kube, reconciler: Reconciler) -> int:
 def _forever(args: argparse.Namespace, cluster: Kube, reconciler: Reconciler) -> int:
     from plnt_reconciler import health, kube, loop
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = _stopped_by_signals()
     cache = kube.ModelDeploymentCache(cluster)
     heartbeat = loop.Heartbeat(args.interval)
     server = health.serve(
@@ -321,37 +338,21 @@ def _bind_passes(
     args: argparse.Namespace, b: Any, stop: threading.Event | None, watched: Any = None
 ) -> int:
     if args.once:
-        try:
-            outcomes = b.bind_once()
-        except Exception as err:
-            sys.stderr.write(f"plnt reconcile: binding: {type(err).__name__}: {err}" + "\n")
-            return 1
-        for outcome in outcomes:
-            sys.stdout.write(outcome.line() + "\n")
-        return 1 if any(o.error for o in outcomes) else 0
+        return _bind_pass_once(b)
     if stop is None:
-        stop = threading.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stop.set())
+        stop = _stopped_by_signals()
     log = logging.getLogger("plnt_reconciler.binder")
-    last: dict[str, str] = {}
+    said = _ChangedLines(log)
     lagging: list[str] = []
     while not stop.is_set():
         started = time.monotonic()
         if watched is not None:
-            behind = watched.wait_synced(args.bind_interval)
-            if behind:  # as a failed list: no pass until the caches are current again
-                if behind != lagging:
-                    log.warning("waiting for the caches of %s to list again", ", ".join(behind))
-                lagging = behind
+            lagging = _caches_behind(watched, args.bind_interval, lagging, log)
+            if lagging:  # as a failed list: no pass until the caches are current again
                 continue
-            lagging = []
         try:
             for outcome in b.bind_once():
-                line = outcome.line()
-                if last.get(outcome.cluster) != line:  # log changes, not every pass
-                    log.log(logging.WARNING if outcome.error else logging.INFO, "%s", line)
-                    last[outcome.cluster] = line
+                said.log(outcome)
         except Exception:
             log.exception("bind pass failed")
         if watched is None:
@@ -360,3 +361,49 @@ def _bind_passes(
             watched.wait_changed(args.bind_interval)
             stop.wait(max(0.0, MIN_PASS_GAP - (time.monotonic() - started)))
     return 0
+
+
+def _bind_pass_once(b: Any) -> int:
+    """One binder pass, a line per cluster on stdout; 1 if the pass or a cluster failed."""
+    try:
+        outcomes = b.bind_once()
+    except Exception as err:
+        sys.stderr.write(f"plnt reconcile: binding: {type(err).__name__}: {err}" + "\n")
+        return 1
+    for outcome in outcomes:
+        sys.stdout.write(outcome.line() + "\n")
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+def _stopped_by_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def _caches_behind(
+    watched: Any, timeout: float, lagging: list[str], log: logging.Logger
+) -> list[str]:
+    """The caches that have not listed again within `timeout` (none: every one is current),
+    with a warning when that set changes."""
+    behind: list[str] = watched.wait_synced(timeout)
+    if behind and behind != lagging:
+        log.warning("waiting for the caches of %s to list again", ", ".join(behind))
+    return behind or []
+
+
+class _ChangedLines:
+    """Logs each cluster's outcome line when it differs from the last one logged, so a steady
+    binder logs changes, not every pass."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._last: dict[str, str] = {}
+
+    def log(self, outcome: ClusterOutcome) -> None:
+        line = outcome.line()
+        if self._last.get(outcome.cluster) != line:
+            self._log.log(logging.WARNING if outcome.error else logging.INFO, "%s", line)
+            self._last[outcome.cluster] = line

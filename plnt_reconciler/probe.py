@@ -238,6 +238,15 @@ def _chain(err: BaseException) -> list[BaseException]:
 # --- the prober ---------------------------------------------------------------------------
 
 
+def _log_turn(name: str, streak: Streak | None, outcome: Outcome) -> None:
+    """Logs a turn of the cluster's API server: the first failed probe (after answers, or of
+    all), and the first answered one after failures."""
+    if not outcome.ok and (streak is None or streak.ok):
+        log.warning("cluster %s: %s: %s", name, outcome.reason, outcome.message)
+    elif outcome.ok and streak is not None and not streak.ok:
+        log.info("cluster %s: its API server answers again", name)
+
+
 @dataclasses.dataclass
 class _State:
     streak: Streak | None = None
@@ -327,29 +336,36 @@ class Prober:
             if target is None:
                 return  # nothing to probe with: no health is published
             outcome = target.probe(self.timeout)
-            with self._lock:
-                state = self._states.get(name)
-                if state is not None:
-                    if not outcome.ok and (state.streak is None or state.streak.ok):
-                        log.warning("cluster %s: %s: %s", name, outcome.reason, outcome.message)
-                    elif outcome.ok and state.streak is not None and not state.streak.ok:
-                        log.info("cluster %s: its API server answers again", name)
-                    state.streak = observe(state.streak, outcome, started)
+            self._record_outcome(name, outcome, started)
             if outcome.ok:
-                seen = target.nodes(self.timeout, self.clock())
-                with self._lock:
-                    state = self._states.get(name)
-                    if state is not None:
-                        before = state.nodes
-                        if seen.error and (before is None or before.error != seen.error):
-                            log.warning("cluster %s: Nodes not counted: %s", name, seen.error)
-                        state.nodes = seen
+                self._record_nodes(name, target.nodes(self.timeout, self.clock()))
         except Exception as err:  # a probe must never take the prober down
             log.warning("cluster %s: probe failed: %s", name, type(err).__name__)
         finally:
             with self._lock:
                 if name in self._states:
                     self._states[name].busy = False
+
+    def _record_outcome(self, name: str, outcome: Outcome, started: float) -> None:
+        """Adds a probe's outcome to its cluster's streak (a cluster no longer watched keeps
+        nothing), saying when the API server stops or starts answering."""
+        with self._lock:
+            state = self._states.get(name)
+            if state is None:
+                return
+            _log_turn(name, state.streak, outcome)
+            state.streak = observe(state.streak, outcome, started)
+
+    def _record_nodes(self, name: str, seen: pool_nodes.Observation) -> None:
+        """Keeps a reading of the cluster's Nodes, saying once why they could not be counted."""
+        with self._lock:
+            state = self._states.get(name)
+            if state is None:
+                return
+            before = state.nodes
+            if seen.error and (before is None or before.error != seen.error):
+                log.warning("cluster %s: Nodes not counted: %s", name, seen.error)
+            state.nodes = seen
 
     def _target(self, name: str, ref: SecretRef | None) -> Target | None:
         """The cluster's client, made again when its kubeconfig changed; None (said once) when

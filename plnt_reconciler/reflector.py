@@ -174,27 +174,46 @@ class Reflector:
         has (a list made while the watch ran already holds it) changes nothing."""
         kind, obj = event.get("type"), event.get("object") or {}
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        changed = False
         with self._lock:
-            at, now = revision(self._version), revision(version)
-            if at is not None and now is not None and now <= at:
+            if self._holds(version):
                 return
-            key = key_of(obj)
-            if kind in ("ADDED", "MODIFIED"):
-                if _newer(self._items.get(key), obj) and self._items.get(key) != obj:
-                    self._items[key] = obj
-                    changed = True
-            elif kind == "DELETED":
-                held = self._items.get(key)
-                if held is not None and _newer(held, obj):
-                    del self._items[key]
-                    changed = True
-            elif kind != "BOOKMARK":
-                raise ValueError(f"watch of {self.name}: unexpected event type {kind!r}")
+            changed = self._fold(kind, obj)
             if version:
                 self._version = version
         if changed and self.on_change is not None:
             self.on_change()
+
+    def _holds(self, version: str) -> bool:
+        """Whether the cache is already at `version` or past it (both read as revisions)."""
+        at, now = revision(self._version), revision(version)
+        return at is not None and now is not None and now <= at
+
+    def _fold(self, kind: object, obj: dict[str, Any]) -> bool:
+        """Applies one event of type `kind` to the objects held (the lock held); whether they
+        changed."""
+        if kind in ("ADDED", "MODIFIED"):
+            return self._put(obj)
+        if kind == "DELETED":
+            return self._drop(obj)
+        if kind == "BOOKMARK":
+            return False
+        raise ValueError(f"watch of {self.name}: unexpected event type {kind!r}")
+
+    def _put(self, obj: dict[str, Any]) -> bool:
+        key = key_of(obj)
+        held = self._items.get(key)
+        if not _newer(held, obj) or held == obj:
+            return False
+        self._items[key] = obj
+        return True
+
+    def _drop(self, obj: dict[str, Any]) -> bool:
+        key = key_of(obj)
+        held = self._items.get(key)
+        if held is None or not _newer(held, obj):
+            return False
+        del self._items[key]
+        return True
 
     def events(self, version: str) -> Iterator[dict[str, Any]]:
         """The watch from `version` until the API server ends it (its timeout); an ERROR event
