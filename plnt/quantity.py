@@ -158,40 +158,52 @@ def _add_int_amounts(
     return left + right, low
 
 
+@dataclass
+class _Scan:
+    """A cursor over a quantity string, advancing the way parseQuantityString's loops do."""
+
+    text: str
+    pos: int = 0
+
+    def done(self) -> bool:
+        return self.pos >= len(self.text)
+
+    def skip(self, chars: set[str]) -> str:
+        """Advances over a run of `chars`; the run."""
+        start = self.pos
+        while not self.done() and self.text[self.pos] in chars:
+            self.pos += 1
+        return self.text[start : self.pos]
+
+    def take(self, chars: str) -> str:
+        """Advances over one of `chars` if it is next; that character, or ""."""
+        if self.done() or self.text[self.pos] not in chars:
+            return ""
+        self.pos += 1
+        return self.text[self.pos - 1]
+
+
 def _split(text: str) -> tuple[bool, str, str, str, str]:
-    """parseQuantityString: (positive, value, num, denom, suffix)."""
-    positive, pos, end = True, 0, len(text)
-    if text[0] in "+-":
-        positive = text[0] == "+"
-        pos = 1
-    while pos < end and text[pos] == "0":
-        pos += 1
-    if pos >= end:
+    """parseQuantityString: (positive, value, num, denom, suffix), its phases in its order:
+    sign, leading zeros, numerator, denominator, then a suffix that is all there is left."""
+    scan = _Scan(text)
+    positive = scan.take("+-") != "-"
+    scan.skip({"0"})
+    if scan.done():
         return positive, "0", "0", "", ""
-    start = pos
-    while pos < end and text[pos] in _DIGITS:
-        pos += 1
-    num = text[start:pos] or "0"
-    if pos >= end:
+    num = scan.skip(_DIGITS) or "0"
+    if scan.done():
         return positive, text, num, "", ""
     denom = ""
-    if text[pos] == ".":
-        pos += 1
-        start = pos
-        while pos < end and text[pos] in _DIGITS:
-            pos += 1
-        denom = text[start:pos]
-        if pos >= end:
+    if scan.take("."):
+        denom = scan.skip(_DIGITS)
+        if scan.done():
             return positive, text, num, denom, ""
-    value = text[:pos]
-    suffix_start = pos
-    while pos < end and text[pos] in _SUFFIX_CHARS:
-        pos += 1
-    if pos < end and text[pos] in "+-":
-        pos += 1
-    while pos < end and text[pos] in _DIGITS:
-        pos += 1
-    if pos < end:
+    value, suffix_start = text[: scan.pos], scan.pos
+    scan.skip(_SUFFIX_CHARS)
+    scan.take("+-")
+    scan.skip(_DIGITS)
+    if not scan.done():
         raise QuantityError(_FORMAT_WRONG)
     return positive, value, num, denom, text[suffix_start:]
 
@@ -210,15 +222,26 @@ def _interpret(suffix: str) -> tuple[int, int, str]:
 
 
 def parse_quantity(text: str) -> Quantity:
-    """resource.ParseQuantity, exactly; raises QuantityError."""
+    """resource.ParseQuantity, exactly; raises QuantityError. Kubernetes keeps a quantity as an
+    int64Amount when its digits fit, and as an inf.Dec otherwise."""
     if not isinstance(text, str) or not text:
         raise QuantityError(_FORMAT_WRONG)
     if text == "0":
         return Quantity(Fraction(0), DECIMAL_SI, (0, 0))
     positive, value, num, denom, suffix = _split(text)
     base, exponent, fmt = _interpret(suffix)
+    small = _as_int64_amount(positive, num, denom, exponent, fmt)
+    if small is not None:
+        return small
+    return _as_decimal(value, denom, base, exponent, fmt)
 
-    precision, scale, mantissa = 0, 0, 1
+
+def _as_int64_amount(
+    positive: bool, num: str, denom: str, exponent: int, fmt: str
+) -> Quantity | None:
+    """ParseQuantity's fast path: the quantity as an int64Amount (value x 10^scale, scale at
+    least nano), or None when its digits may not fit one."""
+    scale, mantissa = 0, 1
     if fmt in (DECIMAL_EXPONENT, DECIMAL_SI):
         scale = exponent
         precision = _MAX_INT64_FACTORS - (len(num) + len(denom))
@@ -227,14 +250,19 @@ def parse_quantity(text: str) -> Quantity:
         precision = 15 - len(num) - int(exponent * 3 / 10) - 1
     else:
         precision = -1
-    if precision >= 0:
-        scale -= len(denom)
-        if scale >= _NANO:
-            result = int(num + denom) * mantissa
-            if _fits(result):
-                result = result if positive else -result
-                return Quantity(Fraction(result) * Fraction(10) ** scale, fmt, (result, scale))
+    scale -= len(denom)
+    if precision < 0 or scale < _NANO:
+        return None
+    result = int(num + denom) * mantissa
+    if not _fits(result):
+        return None
+    result = result if positive else -result
+    return Quantity(Fraction(result) * Fraction(10) ** scale, fmt, (result, scale))
 
+
+def _as_decimal(value: str, denom: str, base: int, exponent: int, fmt: str) -> Quantity:
+    """ParseQuantity's slow path: the quantity as an inf.Dec, rounded up to nano units;
+    a BinarySI one is capped at int64 and, below 1, becomes DecimalSI."""
     try:
         amount = Fraction(Decimal(value))
     except InvalidOperation as err:

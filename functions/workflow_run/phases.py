@@ -67,7 +67,7 @@ written only once ``status.endpoint`` can be.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from plnt import conditions, contracts, xp
@@ -225,20 +225,40 @@ def derive(
     goal = _goal(target, deployment)
     reached = _reached(previous, last, run)
     first_rollout = not (last.get("url") or last.get("endpoint"))
+    if goal is None or goal <= reached:
+        return _standing(target, goal, reached, last, first_rollout)
+    this = _Run.of(deployment, run, first_rollout)
+    if this.settled and previous not in ORDER and not first_rollout:
+        return target  # after Pending (or Failed) of a settled deployment: nothing to show
+    steps = ORDER[reached + 1 : goal]
+    return _next_step(target, steps, this, run, stages_weights, first_rollout)
+
+
+def _standing(
+    target: Phase, goal: int | None, reached: int, last: Mapping[str, Any], first_rollout: bool
+) -> Phase:
+    """No step to walk toward the goal: the target itself, or the target told under the step
+    reached when the goal lies behind it."""
     if goal is None and target.name == FAILED and reached == ORDER.index(READY):
         # a complete run serves on while its deployment cannot be reconciled (a function
         # revision activating during an upgrade fails a reconcile or two): said under Ready
         return _held(target, READY, last, first_rollout)
-    if goal is None:
-        return target  # Pending, and Failed because the deployment cannot be reconciled
-    if goal == reached:
-        return target
-    if goal < reached:
-        return _held(target, ORDER[reached], last, first_rollout)
-    this = _Run.of(deployment, run, first_rollout)
-    if this.settled and previous not in ORDER and not first_rollout:
-        return target  # after Pending (or Failed) of a settled deployment: nothing to show
-    for step in ORDER[reached + 1 : goal]:
+    if goal is None or goal == reached:
+        return target  # no goal: Pending, or Failed as the deployment cannot be reconciled
+    return _held(target, ORDER[reached], last, first_rollout)
+
+
+def _next_step(
+    target: Phase,
+    steps: Sequence[str],
+    this: _Run,
+    run: str | None,
+    stages_weights: bool,
+    first_rollout: bool,
+) -> Phase:
+    """The first of `steps` (those between the step reached and the goal) that applies to this
+    run, written while it trails the target; the target when none applies."""
+    for step in steps:
         if _applies(step, this, stages_weights):
             message = _on_the_way(step, target, this, run)
             return Phase(step, message, _url(target, step, first_rollout), trailing=True)

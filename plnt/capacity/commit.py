@@ -473,56 +473,106 @@ def hold(
     `counted()`: the highest sequence the binder is known to have written (its fleet view, a
     quota's status), which tells a lost ledger from a new one and is what a closed ledger keeps
     counting (asked only then)."""
-    errors = [
-        c.read
-        for c in (published, record)
-        if c is not None and isinstance(c.read, UnreadableLedgerError)
-    ]
-    parsed: list[LedgerT | None] = [
-        None if c is None or isinstance(c.read, UnreadableLedgerError) else c.read
-        for c in (published, record)
-    ]
-    pub, rec = parsed
-    pub_version = published.version if published is not None else None
-    rec_version = record.version if record is not None else None
+    copies = _Copies.read(published, record, names, counted)
+    if copies.errors:
+        return copies.closed(copies.errors[0].reason, "; ".join(e.message for e in copies.errors))
+    pub, rec = copies.published, copies.record
+    if pub is None or rec is None:
+        return copies.rebuilt(fresh)
+    diverged = _divergence(pub, rec, names)
+    if diverged:
+        return copies.closed(LEDGER_DIVERGED, diverged)
+    publish = pub.sequence < rec.sequence
+    return Held(rec, copies.record_version, copies.published_version, publish=publish)
 
-    def closed(reason: str, message: str) -> Held[LedgerT]:
-        readable = [p for p in parsed if p is not None]
-        last = max([counted()] + [p.sequence for p in readable])
+
+@dataclasses.dataclass(frozen=True)
+class _Copies(Generic[LedgerT]):
+    """A ledger's two copies as `hold` weighs them: the ledger each holds (None: gone or
+    unreadable), their resourceVersions, and why the unreadable ones do not read."""
+
+    published: LedgerT | None
+    record: LedgerT | None
+    published_version: str | None
+    record_version: str | None
+    errors: list[UnreadableLedgerError]
+    names: tuple[str, str]
+    counted: Callable[[], int]
+
+    @staticmethod
+    def read(
+        published: Copy[LedgerT] | None,
+        record: Copy[LedgerT] | None,
+        names: tuple[str, str],
+        counted: Callable[[], int],
+    ) -> _Copies[LedgerT]:
+        errors = [
+            c.read
+            for c in (published, record)
+            if c is not None and isinstance(c.read, UnreadableLedgerError)
+        ]
+        return _Copies(
+            _ledger_in(published),
+            _ledger_in(record),
+            published.version if published is not None else None,
+            record.version if record is not None else None,
+            errors,
+            names,
+            counted,
+        )
+
+    def closed(self, reason: str, message: str) -> Held[LedgerT]:
+        """Closed, saying why: nothing binds. It keeps the last sequence counted and the
+        replicas the readable copies hold."""
+        readable = [p for p in (self.published, self.record) if p is not None]
+        last = max([self.counted()] + [p.sequence for p in readable])
         known = frozenset(k for p in readable for k in _keys(p)) if readable else None
         text = f"{message}: nothing binds until it is repaired (docs/reconciler.md)"
-        return Held(None, rec_version, pub_version, closed=Closed(reason, text, last, known))
+        closed = Closed(reason, text, last, known)
+        return Held(None, self.record_version, self.published_version, closed=closed)
 
-    if errors:
-        return closed(errors[0].reason, "; ".join(e.message for e in errors))
-    if pub is None and rec is None:
-        before = counted()
+    def rebuilt(self, fresh: LedgerT) -> Held[LedgerT]:
+        """A copy is gone: rebuilt from the other; both gone, the ledger starts `fresh` unless
+        the binder counted a commit already (then it is lost)."""
+        published_name, record_name = self.names
+        if self.record is not None:
+            rebuilt = f"{published_name} from {record_name}"
+            return Held(self.record, self.record_version, None, publish=True, rebuilt=rebuilt)
+        if self.published is not None:
+            rebuilt = f"{record_name} from {published_name}"
+            version = self.published_version
+            return Held(self.published, None, version, write_record=True, rebuilt=rebuilt)
+        before = self.counted()
         if before > 0:
-            return closed(
+            return self.closed(
                 LEDGER_LOST,
-                f"ConfigMaps {names[0]} and {names[1]} are both gone, after the binder "
-                f"committed sequence {before}: restore either from a backup",
+                f"ConfigMaps {published_name} and {record_name} are both gone, after the "
+                f"binder committed sequence {before}: restore either from a backup",
             )
         return Held(fresh, None, None)
-    if rec is None:
-        assert pub is not None
-        return Held(pub, None, pub_version, write_record=True,
-                    rebuilt=f"{names[1]} from {names[0]}")  # fmt: skip
-    if pub is None:
-        return Held(rec, rec_version, None, publish=True, rebuilt=f"{names[0]} from {names[1]}")
-    if pub.sequence > rec.sequence:
-        return closed(
-            LEDGER_DIVERGED,
-            f"ConfigMap {names[0]} is at sequence {pub.sequence}, ahead of the binder's record "
-            f"{names[1]} at {rec.sequence}",
+
+
+def _ledger_in(copy: Copy[LedgerT] | None) -> LedgerT | None:
+    """The ledger a copy holds; None when it is gone or does not read."""
+    if copy is None or isinstance(copy.read, UnreadableLedgerError):
+        return None
+    return copy.read
+
+
+def _divergence(published: _Sequenced, record: _Sequenced, names: tuple[str, str]) -> str:
+    """How the published copy contradicts the record ("" when it does not): ahead of it, or
+    different at the same sequence."""
+    if published.sequence > record.sequence:
+        return (
+            f"ConfigMap {names[0]} is at sequence {published.sequence}, ahead of the binder's "
+            f"record {names[1]} at {record.sequence}"
         )
-    if pub.sequence == rec.sequence and pub != rec:
-        return closed(
-            LEDGER_DIVERGED,
+    if published.sequence == record.sequence and published != record:
+        return (
             f"ConfigMap {names[0]} differs from the binder's record {names[1]} at the same "
-            f"sequence {rec.sequence}",
+            f"sequence {record.sequence}"
         )
-    return Held(rec, rec_version, pub_version, publish=pub.sequence < rec.sequence)
+    return ""
 
 
 def refuse_closed(
@@ -639,32 +689,65 @@ def preview(replicas: list[dict[str, Any]], required: list[dict[str, Any]]) -> P
     the scenario's InferenceClusters, InferenceClasses, Namespaces, InferenceQuotas and other
     ModelReplicas (counted as holding what they ask, first): their annotations and the ledgers
     that commit them, which the ModelReplica function requires to render."""
-    clusters = _named(required, "InferenceCluster")
-    classes = _named(required, "InferenceClass")
-    namespaces = {
-        name: (o["metadata"].get("labels") or {})
-        for name, o in _named(required, "Namespace").items()
-    }
-    quota_ledgers = [o for o in required if o.get("kind") == "InferenceQuota"]
-    others = [Replica.of(o) for o in required if o.get("kind") == "ModelReplica"]
+    scenario = _Scenario.of(required)
     mine = [Replica.of(o) for o in replicas]
-    fenced = tenancy_refusals(mine, clusters, namespaces)
-    eligible = {r.key for r in [*others, *mine] if r.cluster in clusters} - set(fenced)
-    decided = _preview_quotas(quota_ledgers, others, mine, namespaces, eligible)
-    refuse = {**quota_refusals(mine, decided), **fenced}
+    decided, refuse = _preview_tenancy(scenario, mine)
     out: dict[str, dict[str, str | None]] = {}
     configmaps = [quotas.quota_ledger_configmap(d.ledger, ledger.LEDGER_NAMESPACE)
                   for d in decided]  # fmt: skip
-    for name in sorted({r.cluster for r in mine} & set(clusters)):
-        pools = pools_of(clusters[name], classes)
-        _hold_others(pools, [r for r in others if r.cluster == name])
-        here = [r for r in mine if r.cluster == name]
-        decision = decide(
-            Ledger(cluster=name), here, pools, alive={r.uid for r in here}, refuse=refuse
-        )
+    for name in sorted({r.cluster for r in mine} & set(scenario.clusters)):
+        decision = _preview_cluster(scenario, name, mine, refuse)
         out.update(decision.annotate)
         configmaps.append(ledger.ledger_configmap(decision.ledger))
     return Preview(out, configmaps)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scenario:
+    """What a preview reads of the scenario's required objects, by kind."""
+
+    clusters: dict[str, dict[str, Any]]
+    classes: dict[str, dict[str, Any]]
+    namespaces: dict[str, Mapping[str, str]]  # name: labels
+    inference_quotas: list[dict[str, Any]]
+    others: list[Replica]  # the ModelReplicas there already
+
+    @staticmethod
+    def of(required: list[dict[str, Any]]) -> _Scenario:
+        return _Scenario(
+            clusters=_named(required, "InferenceCluster"),
+            classes=_named(required, "InferenceClass"),
+            namespaces={
+                name: (o["metadata"].get("labels") or {})
+                for name, o in _named(required, "Namespace").items()
+            },
+            inference_quotas=[o for o in required if o.get("kind") == "InferenceQuota"],
+            others=[Replica.of(o) for o in required if o.get("kind") == "ModelReplica"],
+        )
+
+
+def _preview_tenancy(
+    scenario: _Scenario, mine: list[Replica]
+) -> tuple[list[QuotaDecision], dict[str, str]]:
+    """The quotas decided, and the new replicas tenancy refuses (a fence, a quota), and why."""
+    fenced = tenancy_refusals(mine, scenario.clusters, scenario.namespaces)
+    everyone = [*scenario.others, *mine]
+    eligible = {r.key for r in everyone if r.cluster in scenario.clusters} - set(fenced)
+    decided = _preview_quotas(
+        scenario.inference_quotas, scenario.others, mine, scenario.namespaces, eligible
+    )
+    return decided, {**quota_refusals(mine, decided), **fenced}
+
+
+def _preview_cluster(
+    scenario: _Scenario, name: str, mine: list[Replica], refuse: Mapping[str, str]
+) -> Decision:
+    """One cluster's decision on the new replicas, from an empty ledger, with its other
+    replicas charged first."""
+    pools = pools_of(scenario.clusters[name], scenario.classes)
+    _hold_others(pools, [r for r in scenario.others if r.cluster == name])
+    here = [r for r in mine if r.cluster == name]
+    return decide(Ledger(cluster=name), here, pools, alive={r.uid for r in here}, refuse=refuse)
 
 
 def _preview_quotas(

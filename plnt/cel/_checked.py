@@ -417,33 +417,49 @@ class Rewriter:
         return checked.type_of(node) in self.domain_map_types
 
     def _replacement(self, checked: Checked, node: Node, padded: frozenset[str]) -> Node | None:
+        """The node rewritten, by its kind; None when it stays as it is. `padded`: the domains
+        the data is padded with in advance, which a plain lookup finds."""
         if node.kind == COMPREHENSION:
             return self._map_building(checked, node)
-        call = node.call()
-        if call and call[2] is None and len(call[1]) == 2:
-            function, (left, right) = call[0], call[1]
-            if function in ("_==_", "_!=_"):
-                return self._list_equality(checked, function, left, right) or self._equality(
-                    checked, function, left, right
-                )
-            if function == "@in" and _in_list_of_k8s_values(checked, left, right):
-                values = {PLACEHOLDER + "a": left, PLACEHOLDER + "b": right}
-                return checked.instantiate(self.templates["in_list"], values)
-            lookup = _LOOKUPS.get(function)
-            if lookup and self._is_domain_map(checked, left):
-                if right.string_constant() in padded:
-                    return None
-                values = {PLACEHOLDER + "m": left, PLACEHOLDER + "k": right}
-                return checked.instantiate(self.templates[lookup], values)
-        selected = node.selection()
-        if selected and self._is_domain_map(checked, selected[0]) and selected[1] not in padded:
-            operand, name, test_only = selected
-            if test_only:  # has(device.attributes.d): Kubernetes' map finds every domain
-                return checked.constant(2, 1, _BOOL_TYPE)
-            key = checked.constant(6, name.encode(), _STRING_TYPE)
-            values = {PLACEHOLDER + "m": operand, PLACEHOLDER + "k": key}
-            return checked.instantiate(self.templates["lookup"], values)
+        if node.kind == CALL:
+            return self._operator(checked, node, padded)
+        if node.kind == SELECT:
+            return self._domain_field(checked, node, padded)
         return None
+
+    def _operator(self, checked: Checked, node: Node, padded: frozenset[str]) -> Node | None:
+        """A global binary operator where Kubernetes and cel-cpp differ: equality, `in` a list
+        of Kubernetes values, an index into a domain map."""
+        function, args, target = node.call() or ("", [], None)
+        if target is not None or len(args) != 2:
+            return None
+        left, right = args
+        if function in ("_==_", "_!=_"):
+            return self._list_equality(checked, function, left, right) or self._equality(
+                checked, function, left, right
+            )
+        if function == "@in" and _in_list_of_k8s_values(checked, left, right):
+            values = {PLACEHOLDER + "a": left, PLACEHOLDER + "b": right}
+            return checked.instantiate(self.templates["in_list"], values)
+        lookup = _LOOKUPS.get(function)
+        if not lookup or not self._is_domain_map(checked, left):
+            return None
+        if right.string_constant() in padded:
+            return None
+        values = {PLACEHOLDER + "m": left, PLACEHOLDER + "k": right}
+        return checked.instantiate(self.templates[lookup], values)
+
+    def _domain_field(self, checked: Checked, node: Node, padded: frozenset[str]) -> Node | None:
+        """`device.attributes.d` as an index into the domain map, and `has()` of it as true."""
+        selected = node.selection()
+        if not selected or not self._is_domain_map(checked, selected[0]) or selected[1] in padded:
+            return None
+        operand, name, test_only = selected
+        if test_only:  # has(device.attributes.d): Kubernetes' map finds every domain
+            return checked.constant(2, 1, _BOOL_TYPE)
+        key = checked.constant(6, name.encode(), _STRING_TYPE)
+        values = {PLACEHOLDER + "m": operand, PLACEHOLDER + "k": key}
+        return checked.instantiate(self.templates["lookup"], values)
 
     def _map_building(self, checked: Checked, node: Node) -> Node | None:
         """transformMap / transformMapEntry: the accumulator becomes a list of entries (a

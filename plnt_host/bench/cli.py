@@ -144,22 +144,29 @@ def print_table(results: dict[str, Any]) -> None:
             continue
         rows = value if isinstance(value, list) else [value]
         for row in rows:
-            if not isinstance(row, dict):
-                print(f"  {row}")
-                continue
-            nested_rows = {
-                k for k, v in row.items() if isinstance(v, list) and v and isinstance(v[0], dict)
-            }
-            scalars = {
-                k: v for k, v in row.items() if k not in nested_rows and not isinstance(v, dict)
-            }
-            print("  " + "  ".join(_flat(scalars)))
-            for key, nested in row.items():
-                if key in nested_rows:
-                    for item in nested:
-                        print(f"    {key}: " + "  ".join(_flat(item)))
-                elif isinstance(nested, dict):
-                    print(f"    {key}: " + "  ".join(_flat(nested)))
+            for line in _row_lines(row):
+                print(line)
+
+
+def _row_lines(row: Any) -> list[str]:
+    """A row's scalars on one line, then a line per nested figure: each row of a nested list
+    of rows, or a nested dict whole."""
+    if not isinstance(row, dict):
+        return [f"  {row}"]
+    nested_rows = {k for k, v in row.items() if _is_rows(v)}
+    scalars = {k: v for k, v in row.items() if k not in nested_rows and not isinstance(v, dict)}
+    lines = ["  " + "  ".join(_flat(scalars))]
+    for key, nested in row.items():
+        if key in nested_rows:
+            lines += [f"    {key}: " + "  ".join(_flat(item)) for item in nested]
+        elif isinstance(nested, dict):
+            lines.append(f"    {key}: " + "  ".join(_flat(nested)))
+    return lines
+
+
+def _is_rows(value: Any) -> bool:
+    """A non-empty list of rows (dicts)."""
+    return isinstance(value, list) and bool(value) and isinstance(value[0], dict)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from plnt import contracts
+from plnt import capacity, contracts
 from plnt.capacity.offer import class_shape, cluster_of
 
 SIZES = ((10, 4, 1), (100, 8, 100), (1000, 8, 100))
@@ -271,8 +271,7 @@ def bench(sizes: tuple[tuple[int, int, int], ...] = SIZES, runs: int = 5) -> dic
 def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
     """The placement in devices, the nodes it touches, and the headroom left for 1-GPU
     replicas."""
-    from plnt import capacity, xp
-    from plnt.capacity import binding
+    from plnt import xp
 
     placed = [
         xp.to_dict(r.resource)
@@ -280,6 +279,25 @@ def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> d
         if n.startswith("replica-")
     ]
     others = [xp.to_dict(i.resource) for i in req.required_resources["model-replicas"].items]
+    pools = _fleet_pools(req)
+    fleet = {
+        "gpus": sum(p.nodes * p.shape.devices() for p in pools.values()),
+        "nodes": sum(p.nodes for p in pools.values()),
+    }
+    _charge(pools, others + placed)
+    return {
+        "fleet": fleet,
+        "placed_gpus": _gpus_asked(placed),
+        "gpus_taken": sum(p.used_devices() for p in pools.values()),
+        "nodes_touched": sum(p.nodes - p.free_nodes() for p in pools.values()),
+        "one_gpu_replicas_that_still_fit": _one_gpu_room(pools),
+    }
+
+
+def _fleet_pools(req: fnv1.RunFunctionRequest) -> dict[tuple[str, str], capacity.Pool]:
+    """Every pool of the request's clusters, empty, by (cluster, pool)."""
+    from plnt import xp
+
     classes = {
         c["metadata"]["name"]: c
         for c in (xp.to_dict(i.resource) for i in req.required_resources["inference-classes"].items)
@@ -291,33 +309,40 @@ def accounting(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> d
             pools[(c.name, p.name)] = capacity.Pool(
                 p.capacity, class_shape(classes.get(p.class_name))
             )
-    total_gpus = sum(p.nodes * p.shape.devices() for p in pools.values())
-    total_nodes = sum(p.nodes for p in pools.values())
-    for obj in others + placed:
+    return pools
+
+
+def _charge(pools: Mapping[tuple[str, str], capacity.Pool], replicas: list[dict[str, Any]]) -> None:
+    """Packs what each replica asks into its cluster's pools, as far as it fits."""
+    from plnt.capacity import binding
+
+    for obj in replicas:
         for pool, pods in binding.demand_of(obj).items():
             account = pools.get((obj["spec"]["clusterName"], pool))
             if account is not None:
                 account.pack_what_fits(pods)
-    placed_gpus = sum(
+
+
+def _gpus_asked(replicas: list[dict[str, Any]]) -> int:
+    """The GPUs the replicas ask for, pod by pod."""
+    from plnt.capacity import binding
+
+    return sum(
         p.count * dict(p.demand).get("device:gpu", 0)
-        for obj in placed
+        for obj in replicas
         for pods in binding.demand_of(obj).values()
         for p in pods
     )
-    gpus_taken = sum(p.used_devices() for p in pools.values())
-    nodes_touched = sum(p.nodes - p.free_nodes() for p in pools.values())
+
+
+def _one_gpu_room(pools: Mapping[tuple[str, str], capacity.Pool]) -> int:
+    """How many more 1-GPU replicas the pools would hold, packed onto their free GPUs."""
     one_gpu = capacity.Pods(1, ((capacity.device_key("gpu"), 1),))
     room = 0
     for account in pools.values():
         free = account.free_total(capacity.device_key("gpu"))
         room += free - account.pack_what_fits([dataclasses.replace(one_gpu, count=free)])
-    return {
-        "fleet": {"gpus": total_gpus, "nodes": total_nodes},
-        "placed_gpus": placed_gpus,
-        "gpus_taken": gpus_taken,
-        "nodes_touched": nodes_touched,
-        "one_gpu_replicas_that_still_fit": room,
-    }
+    return room
 
 
 if __name__ == "__main__":
