@@ -33,7 +33,8 @@ check: setup
 	.venv/bin/mypy
 	.venv/bin/pytest -n 2 --dist loadgroup -q $(addprefix --ignore=,$(LIVE_TESTS))
 
-## Rewrite the golden renders (tests/golden/: `plnt render --tree -r` of every example).
+## Rewrite the golden renders (tests/golden/: `plnt render --tree -r` of every example) and the
+## function tests' whole responses (tests/functions/responses/).
 goldens: setup
 	.venv/bin/python -m tests.goldens
 

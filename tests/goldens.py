@@ -1,12 +1,14 @@
 """The checked-in renders of every example: `tests/golden/<scenario>.yaml` is what
 `plnt render --tree -r examples/<scenario>` prints, whole.
 
-    python -m tests.goldens            # rewrite every golden render from the current code
+    python -m tests.goldens            # rewrite every golden render from the current code,
+                                       # and every function test's whole response
     python -m tests.goldens SCENARIO   # only these scenario folders (paths under examples/)
 
 A change that alters a render shows up in review as a diff of these files; tests/unit/
 test_goldens.py fails, with the diff, when the code and the files disagree. The renders live
-outside examples/ because tests read every YAML file there as input.
+outside examples/ because tests read every YAML file there as input. The function tests' whole
+responses (tests/functions/responses/, see tests/functions/tables.py) are rewritten with them.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             changed += 1
             print(f"wrote {path.relative_to(ROOT)}")
     print(f"{len(folders)} scenarios, {changed} golden renders changed")
+    if not args.scenarios:
+        from tests.functions import tables
+
+        cases, rewritten = tables.rewrite()
+        print(f"{cases} function test cases, {rewritten} whole responses changed")
     return 0
 
 

@@ -17,6 +17,19 @@ from plnt.gate.fake_server import Behaviour, FakeServer
 from plnt_host import render, runtime
 
 
+def request(xr: dict[str, Any], observed: Iterable[dict[str, Any]] = ()) -> fnv1.RunFunctionRequest:
+    """A request observing `xr` and the composed resources in `observed`, each keyed by its
+    composition-resource-name annotation as Crossplane keys them."""
+    req = fnv1.RunFunctionRequest(
+        observed=fnv1.State(composite=fnv1.Resource(resource=_struct(xr)))
+    )
+    for obj in observed:
+        key = (obj.get("metadata", {}).get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME)
+        if key:
+            req.observed.resources[key].resource.CopyFrom(_struct(obj))
+    return req
+
+
 def call_function(
     run: runtime.RunFunction,
     xr: dict[str, Any],
@@ -26,14 +39,7 @@ def call_function(
 ) -> fnv1.RunFunctionResponse:
     """One function on one XR, its requirements answered from ``required`` until stable, as
     `plnt render` answers a pipeline step's."""
-    req = fnv1.RunFunctionRequest(
-        observed=fnv1.State(composite=fnv1.Resource(resource=_struct(xr)))
-    )
-    for obj in observed:
-        key = (obj.get("metadata", {}).get("annotations") or {}).get(xp.COMPOSITION_RESOURCE_NAME)
-        if key:
-            req.observed.resources[key].resource.CopyFrom(_struct(obj))
-    rsp, _ = render.run_with_requirements(run, req, list(required), name)
+    rsp, _ = render.run_with_requirements(run, request(xr, observed), list(required), name)
     return rsp
 
 

@@ -1,4 +1,5 @@
-"""function-model-endpoint through its real run_function: status, conditions, bad specs."""
+"""function-model-endpoint through its real run_function: status, conditions, bad specs; each
+case's whole response in tests/functions/responses/model_endpoint/."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_endpoint import fn
 from plnt import xp
-from plnt_host import render
+from tests.functions import tables
+from tests.support import request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXTERNAL = yaml.safe_load((REPO / "examples/model-endpoint-external/xr.yaml").read_text())
@@ -30,14 +32,48 @@ COMPOSED = {
 }
 
 
-def run(xr: dict, required: list[dict] | None = None) -> fnv1.RunFunctionResponse:
-    """The real run_function, re-run with what it required until stable, as Crossplane does."""
-    req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.update(xr)
-    rsp, _ = render.run_with_requirements(
-        fn.run_function, req, required or [], "function-model-endpoint"
-    )
-    return rsp
+# Bad specs: (case, change to EXTERNAL's spec, the field the failure names).
+BAD_SPECS = [
+    ("grpc-scheme", {"url": "grpc://models.example.com:9000"}, "spec.url"),
+    ("credentials-in-url", {"url": "https://user:sk-123@api.example.com"}, "spec.url"),
+    ("query-in-url", {"url": "https://api.example.com/v1?key=abc"}, "spec.url"),
+    (
+        "port-not-a-number",
+        {"url": "http://api.example.com:99999/"},
+        "spec.url: Value error, port must be a number",
+    ),
+    (
+        "port-zero",
+        {"url": "http://api.example.com:0/"},
+        "spec.url: Value error, port must be between 1 and 65535",
+    ),
+    ("relative-rewrite-path", {"rewritePath": "v1"}, "spec.rewritePath"),
+    ("secret-without-key", {"auth": {"secretRef": {"name": "k"}}}, "spec.auth.secretRef.key"),
+    ("empty-model", {"model": ""}, "spec.model"),
+]
+
+
+def with_spec(change: dict) -> dict:
+    xr = copy.deepcopy(EXTERNAL)
+    xr["spec"].update(change)
+    return xr
+
+
+TABLE = tables.Table(
+    "model_endpoint",
+    fn.run_function,
+    (
+        tables.Case("hand-made-external", request(EXTERNAL)),
+        tables.Case("composed-by-deployment", request(COMPOSED)),
+        *(tables.Case(name, request(with_spec(change))) for name, change, _ in BAD_SPECS),
+    ),
+)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
 
 
 def status(rsp: fnv1.RunFunctionResponse) -> dict:
@@ -49,68 +85,28 @@ def conditions(rsp: fnv1.RunFunctionResponse) -> dict[str, fnv1.Condition]:
 
 
 @pytest.mark.parametrize(
-    ("xr", "want_status", "valid_message"),
-    [
-        (
-            EXTERNAL,
-            {
-                "url": "https://api.inference.example.com",
-                "model": "meta-llama/Llama-3.1-70B-Instruct",
-                "authenticated": True,
-            },
-            "https to api.inference.example.com:443, path /",
-        ),
-        (
-            COMPOSED,
-            {
-                "url": "http://203.0.113.10/ml-team/qwen3-8b-coreweave-h100-0",
-                "authenticated": False,
-            },
-            "http to 203.0.113.10:80, path /ml-team/qwen3-8b-coreweave-h100-0/",
-        ),
-    ],
-    ids=["hand-made-external", "composed-by-deployment"],
+    ("name", "xr"), [("hand-made-external", EXTERNAL), ("composed-by-deployment", COMPOSED)]
 )
-def test_valid_endpoints_publish_their_url_and_are_not_probed(
-    xr, want_status, valid_message
-) -> None:
-    rsp = run(xr)
+def test_valid_endpoints_publish_their_url_and_are_not_probed(name: str, xr: dict) -> None:
+    rsp = TABLE.response(CASES[name])
     assert not rsp.results
     assert not rsp.desired.resources, "a ModelEndpoint composes nothing"
-    assert status(rsp) == want_status
+    assert status(rsp)["url"] == xr["spec"]["url"]
     conds = conditions(rsp)
     assert conds["Valid"].status == fnv1.STATUS_CONDITION_TRUE
-    assert conds["Valid"].message == valid_message
     assert conds["Reachable"].status == fnv1.STATUS_CONDITION_UNKNOWN
     assert conds["Reachable"].reason == "NotProbed"
 
 
 def test_the_secret_is_referenced_never_copied() -> None:
-    rsp = run(EXTERNAL)
+    rsp = TABLE.response(CASES["hand-made-external"])
     text = yaml.safe_dump([status(rsp), [c.message for c in rsp.conditions]])
     assert "hosted-inference-api-key" not in text
     assert "token" not in text
 
 
-@pytest.mark.parametrize(
-    ("change", "path"),
-    [
-        ({"url": "grpc://models.example.com:9000"}, "spec.url"),
-        ({"url": "https://user:sk-123@api.example.com"}, "spec.url"),
-        ({"url": "https://api.example.com/v1?key=abc"}, "spec.url"),
-        ({"url": "http://api.example.com:99999/"}, "spec.url: Value error, port must be a number"),
-        (
-            {"url": "http://api.example.com:0/"},
-            "spec.url: Value error, port must be between 1 and 65535",
-        ),
-        ({"rewritePath": "v1"}, "spec.rewritePath"),
-        ({"auth": {"secretRef": {"name": "k"}}}, "spec.auth.secretRef.key"),
-        ({"model": ""}, "spec.model"),
-    ],
-)
-def test_bad_specs_fail_naming_the_field(change: dict, path: str) -> None:
-    xr = copy.deepcopy(EXTERNAL)
-    xr["spec"].update(change)
-    (result,) = run(xr).results
+@pytest.mark.parametrize(("name", "path"), [(name, path) for name, _, path in BAD_SPECS])
+def test_bad_specs_fail_naming_the_field(name: str, path: str) -> None:
+    (result,) = TABLE.response(CASES[name]).results
     assert result.severity == fnv1.SEVERITY_FATAL
     assert result.message.startswith(f"invalid input: {path}")
