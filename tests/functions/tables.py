@@ -34,7 +34,10 @@ RESPONSES = pathlib.Path(__file__).resolve().parent / "responses"
 REGENERATE = "make goldens (python -m tests.goldens)"
 
 # The test modules holding a TABLE, in the order the rewrite visits them.
-MODULES = ("tests.functions.test_model_endpoint",)
+MODULES = (
+    "tests.functions.test_model_endpoint",
+    "tests.functions.test_inference_class",
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""function-inference-class through its real run_function: status, Usable, and bad specs."""
+"""function-inference-class through its real run_function: status, Usable, and bad specs; each
+case's whole response in tests/functions/responses/inference_class/."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.inference_class import fn
 from plnt import xp
-from plnt_host import runtime
-from tests.support import has_fatal
+from tests.functions import tables
+from tests.support import has_fatal, request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CLASSES = {
@@ -22,16 +23,6 @@ CLASSES = {
     for doc in yaml.safe_load_all(path.read_text())
     if doc and doc["kind"] == "InferenceClass"
 }
-
-
-def request(xr: dict) -> fnv1.RunFunctionRequest:
-    req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.update(xr)
-    return req
-
-
-def run(xr: dict) -> fnv1.RunFunctionResponse:
-    return runtime.call_sync(fn.run_function, request(xr), "function-inference-class")
 
 
 def status(rsp: fnv1.RunFunctionResponse) -> dict:
@@ -60,93 +51,86 @@ def gpu_by_type_attribute(spec: dict) -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("xr", "gpu", "devices", "message"),
-    [
-        (
-            CLASSES["nvidia-h100-8x"],
-            True,
-            [
-                {
-                    "name": "gpu",
-                    "claim": "DRA",
-                    "driver": "gpu.nvidia.com",
-                    "count": 8,
-                    "deviceClassName": "gpu.nvidia.com",
-                }
-            ],
-            "8x gpu per node; provisionable on CoreWeave",
+def without_accelerator_type(spec: dict) -> None:
+    spec["provisioning"]["coreweave"].pop("acceleratorType")
+
+
+# Valid classes: (case, class, change to its spec).
+USABLE = [
+    ("h100", "nvidia-h100-8x", None),
+    ("cpu", "cpu-genoa", None),
+    ("l40s-no-provisioning", "nvidia-l40s-4x", None),
+    ("gpu-by-type-attribute", "cpu-genoa", gpu_by_type_attribute),
+    ("gpu-without-accelerator-type", "nvidia-h100-8x", without_accelerator_type),
+]
+# Invalid changes to nvidia-h100-8x: (case, change, the field the failure names).
+INVALID = [
+    (
+        "dra-without-device-class",
+        lambda s: s["devices"][0].pop("deviceClassName"),
+        "spec.devices[0].deviceClassName",
+    ),
+    (
+        "two-values",
+        lambda s: s["devices"][0]["attributes"]["productName"].update({"bool": True}),
+        "spec.devices[0].attributes.productName",
+    ),
+    (
+        "bad-quantity",
+        lambda s: s["devices"][0]["capacity"].update({"memory": {"value": "lots"}}),
+        "spec.devices[0].capacity.memory.value",
+    ),
+    ("no-coreweave", lambda s: s["provisioning"].pop("coreweave"), "spec.provisioning.coreweave"),
+    ("dup-device", lambda s: s["devices"].append(dict(s["devices"][0])), "spec.devices[1].name"),
+]
+
+
+def class_xr(name: str, change) -> dict:
+    return with_spec(name, change) if change else CLASSES[name]
+
+
+TABLE = tables.Table(
+    "inference_class",
+    fn.run_function,
+    (
+        *(tables.Case(case, request(class_xr(name, change))) for case, name, change in USABLE),
+        *(
+            tables.Case(case, request(with_spec("nvidia-h100-8x", change)))
+            for case, change, _ in INVALID
         ),
-        (
-            CLASSES["cpu-genoa"],
-            False,
-            [{"name": "cpu", "claim": "Synthetic", "driver": "cpu.modelplane.ai", "count": 1}],
-            "1x cpu per node; provisionable on CoreWeave",
-        ),
-        (
-            CLASSES["nvidia-l40s-4x"],
-            True,
-            [
-                {
-                    "name": "gpu",
-                    "claim": "DRA",
-                    "driver": "gpu.nvidia.com",
-                    "count": 4,
-                    "deviceClassName": "gpu.nvidia.com",
-                }
-            ],
-            "4x gpu per node; not provisionable (Existing clusters only)",
-        ),
-        (
-            with_spec("cpu-genoa", gpu_by_type_attribute),
-            True,
-            [{"name": "accel", "claim": "Synthetic", "driver": "example.com", "count": 1}],
-            "1x accel per node; "
-            "not provisionable on CoreWeave until acceleratorType names its GPUs",
-        ),
-    ],
-    ids=["h100", "cpu", "l40s-no-provisioning", "gpu-by-type-attribute"],
+    ),
 )
-def test_usable_class_status(xr: dict, gpu: bool, devices: list, message: str) -> None:
-    rsp = run(xr)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+def run(case: str) -> fnv1.RunFunctionResponse:
+    return TABLE.response(CASES[case])
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
+
+
+@pytest.mark.parametrize("case", [case for case, _, _ in USABLE])
+def test_a_valid_class_is_usable_and_composes_nothing(case: str) -> None:
+    rsp = run(case)
     assert not has_fatal(rsp)
-    assert status(rsp) == {"gpu": gpu, "devices": devices}
-    usable = condition(rsp, "Usable")
-    assert usable.status == fnv1.STATUS_CONDITION_TRUE
-    assert usable.message == message
-    assert len(rsp.desired.resources) == 0  # a class composes nothing
+    assert condition(rsp, "Usable").status == fnv1.STATUS_CONDITION_TRUE
+    assert len(rsp.desired.resources) == 0
 
 
 def test_gpu_class_without_accelerator_type_is_usable_but_not_provisionable() -> None:
-    xr = with_spec(
-        "nvidia-h100-8x", lambda s: s["provisioning"]["coreweave"].pop("acceleratorType")
-    )
-    usable = condition(run(xr), "Usable")
+    usable = condition(run("gpu-without-accelerator-type"), "Usable")
     assert usable.status == fnv1.STATUS_CONDITION_TRUE
     assert usable.message == (
         "8x gpu per node; not provisionable on CoreWeave until acceleratorType names its GPUs"
     )
 
 
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [
-        (lambda s: s["devices"][0].pop("deviceClassName"), "spec.devices[0].deviceClassName"),
-        (
-            lambda s: s["devices"][0]["attributes"]["productName"].update({"bool": True}),
-            "spec.devices[0].attributes.productName",
-        ),
-        (
-            lambda s: s["devices"][0]["capacity"].update({"memory": {"value": "lots"}}),
-            "spec.devices[0].capacity.memory.value",
-        ),
-        (lambda s: s["provisioning"].pop("coreweave"), "spec.provisioning.coreweave"),
-        (lambda s: s["devices"].append(dict(s["devices"][0])), "spec.devices[1].name"),
-    ],
-    ids=["dra-without-device-class", "two-values", "bad-quantity", "no-coreweave", "dup-device"],
-)
-def test_invalid_class_is_fatal_and_not_usable(change, field: str) -> None:
-    rsp = run(with_spec("nvidia-h100-8x", change))
+@pytest.mark.parametrize(("case", "field"), [(case, field) for case, _, field in INVALID])
+def test_invalid_class_is_fatal_and_not_usable(case: str, field: str) -> None:
+    rsp = run(case)
     (fatal,) = [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
     assert fatal.message.startswith(f"invalid input: {field}:")
     usable = condition(rsp, "Usable")
