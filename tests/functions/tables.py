@@ -37,6 +37,7 @@ REGENERATE = "make goldens (python -m tests.goldens)"
 MODULES = (
     "tests.functions.test_model_endpoint",
     "tests.functions.test_inference_class",
+    "tests.functions.test_model_cache",
 )
 
 

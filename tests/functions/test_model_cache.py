@@ -1,6 +1,7 @@
 """function-model-cache through its real run_function, with Crossplane's requirement loop.
 
-Inputs are the example scenario examples/model-cache, changed per test.
+Inputs are the example scenario examples/model-cache, changed per case; each case's whole
+response is in tests/functions/responses/model_cache/.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from functions.model_cache import fn
 from plnt import weights, xp
 from plnt_host import render
-from tests.support import call_function
+from tests.functions import tables
+from tests.support import call_function, request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE = render.load_scenario(REPO / "examples" / "model-cache")
@@ -53,8 +55,85 @@ def job_observed(status: dict) -> list[dict]:
     return [*observed, job]
 
 
+def without_storage_class() -> dict:
+    xr = copy.deepcopy(CACHE.xr)
+    del xr["spec"]["storageClassName"]
+    return xr
+
+
+def cluster_with_cache_storage_class() -> dict:
+    cluster = copy.deepcopy(CACHE.required[0])
+    cluster["status"]["cache"] = {"storageClassName": "plnt-shared-vast"}
+    return cluster
+
+
+def with_spec(field: str, value: object) -> dict:
+    xr = copy.deepcopy(CACHE.xr)
+    xr["spec"][field] = value
+    return xr
+
+
+FAILED_JOB = {
+    "failed": 5,
+    "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
+}
+PRESIGNED = "https://user:pw@example.com/m/model.gguf?X-Amz-Signature=s3cr3t#frag"
+# One source per scheme: (case, uri, the downloader image, LOCATION).
+SCHEMES = [
+    ("s3", "s3://plnt-models/qwen3-8b/bf16", "amazon/aws-cli", "plnt-models/qwen3-8b/bf16"),
+    ("gs", "gs://plnt-models/qwen3-8b", "google-cloud-cli", "plnt-models/qwen3-8b"),
+    ("hf", "hf://Qwen/Qwen3-8B", "python", "Qwen/Qwen3-8B"),
+    ("https", "https://example.com/m/model.gguf", "curlimages/curl", "example.com/m/model.gguf"),
+]
+# Invalid specs: (case, field, value, the path the failure names).
+INVALID = [
+    ("invalid-source", "source", {"uri": "ftp://example.com/model"}, "spec.source.uri"),
+    ("invalid-size", "size", "lots", "spec.size"),
+    ("invalid-cluster-name", "clusterName", "", "spec.clusterName"),
+]
+REQUIRED = tuple(CACHE.required)
+
+
+def cache_case(name: str, xr: dict, required=REQUIRED, observed: list[dict] = ()) -> tables.Case:
+    return tables.Case(name, request(xr, observed), tuple(required))
+
+
+TABLE = tables.Table(
+    "model_cache",
+    fn.run_function,
+    (
+        cache_case("example", CACHE.xr, observed=CACHE.observed),
+        *(cache_case(f"source-{name}", with_source(uri)) for name, uri, _, _ in SCHEMES),
+        cache_case("job-succeeded", CACHE.xr, observed=job_observed({"succeeded": 1})),
+        cache_case("job-failed", CACHE.xr, observed=job_observed(FAILED_JOB)),
+        cache_case(
+            "storage-class-from-cluster",
+            without_storage_class(),
+            [cluster_with_cache_storage_class()],
+        ),
+        cache_case("storage-class-left-out", without_storage_class()),
+        cache_case("cluster-missing", CACHE.xr, []),
+        cache_case(
+            "cluster-without-provider-config", CACHE.xr, [{**CACHE.required[0], "status": {}}]
+        ),
+        *(cache_case(name, with_spec(field, value)) for name, field, value, _ in INVALID),
+        cache_case("presigned-url", with_source(PRESIGNED)),
+    ),
+)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+def response(name: str) -> fnv1.RunFunctionResponse:
+    return TABLE.response(CASES[name])
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
+
+
 def test_example_composes_pvc_and_staging_job_on_the_cluster() -> None:
-    rsp = run(CACHE.xr, CACHE.required, CACHE.observed)
+    rsp = response("example")
     got = manifests(rsp)
     assert set(got) == {"namespace", "pvc", "job"}
     for name in got:
@@ -63,50 +142,25 @@ def test_example_composes_pvc_and_staging_job_on_the_cluster() -> None:
             "kind": "ClusterProviderConfig",
             "name": "eks-l4",
         }
-    pvc = got["pvc"]
-    assert pvc["metadata"] == {
-        "name": "qwen3-8b-weights",
-        "namespace": "ml-team",
-        "labels": {"modelplane.ai/model-cache": "qwen3-8b"},
-    }
-    assert pvc["spec"] == {
-        "accessModes": ["ReadWriteMany"],
-        "resources": {"requests": {"storage": "40Gi"}},
-        "storageClassName": "efs-rwx",
-    }
     pod = got["job"]["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    assert container["image"] == weights.DOWNLOADERS["hf"].image
-    assert container["command"] == weights.DOWNLOADERS["hf"].command
-    assert {e["name"]: e["value"] for e in container["env"]} == {
-        "LOCATION": "Qwen/Qwen3-8B@main",
-        "DEST": "/cache",
-        "REPO": "Qwen/Qwen3-8B",
-        "REVISION": "main",
-    }
-    assert container["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
     assert pod["volumes"] == [
-        {"name": "weights", "persistentVolumeClaim": {"claimName": "qwen3-8b-weights"}}
+        {"name": "weights", "persistentVolumeClaim": {"claimName": got["pvc"]["metadata"]["name"]}}
     ]
-    assert xp.to_dict(rsp.desired.composite.resource)["status"] == {"pvcName": "qwen3-8b-weights"}
+    # staging until the job succeeds; the claim is usable as soon as it exists
     assert condition(rsp).status == fnv1.STATUS_CONDITION_FALSE
     assert rsp.desired.resources["job"].ready == fnv1.READY_FALSE
     assert rsp.desired.resources["pvc"].ready == fnv1.READY_TRUE
 
 
 @pytest.mark.parametrize(
-    ("uri", "image", "location"),
-    [
-        ("s3://plnt-models/qwen3-8b/bf16", "amazon/aws-cli", "plnt-models/qwen3-8b/bf16"),
-        ("gs://plnt-models/qwen3-8b", "google-cloud-cli", "plnt-models/qwen3-8b"),
-        ("hf://Qwen/Qwen3-8B", "python", "Qwen/Qwen3-8B"),
-        ("https://example.com/m/model.gguf", "curlimages/curl", "example.com/m/model.gguf"),
-    ],
+    ("name", "uri", "image", "location"),
+    SCHEMES,
+    ids=[name for name, *_ in SCHEMES],
 )
 def test_a_downloader_per_scheme_reads_the_source_from_env(
-    uri: str, image: str, location: str
+    name: str, uri: str, image: str, location: str
 ) -> None:
-    job = manifests(run(with_source(uri), CACHE.required))["job"]
+    job = manifests(response(f"source-{name}"))["job"]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert image in container["image"]
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -119,7 +173,7 @@ def test_a_downloader_per_scheme_reads_the_source_from_env(
 
 
 def test_hf_revision_defaults_to_main() -> None:
-    job = manifests(run(with_source("hf://Qwen/Qwen3-8B"), CACHE.required))["job"]
+    job = manifests(response("source-hf"))["job"]
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["REVISION"] == "main"
 
@@ -132,17 +186,13 @@ def test_a_new_source_stages_with_a_new_job() -> None:
 
 
 def test_staged_when_the_job_succeeded() -> None:
-    rsp = run(CACHE.xr, CACHE.required, job_observed({"succeeded": 1}))
+    rsp = response("job-succeeded")
     assert condition(rsp).status == fnv1.STATUS_CONDITION_TRUE
     assert all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
 
 
 def test_failed_job_says_so() -> None:
-    failed = {
-        "failed": 5,
-        "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
-    }
-    rsp = run(CACHE.xr, CACHE.required, job_observed(failed))
+    rsp = response("job-failed")
     cond = condition(rsp)
     assert cond.status == fnv1.STATUS_CONDITION_FALSE
     assert cond.reason == "Failed"
@@ -150,52 +200,34 @@ def test_failed_job_says_so() -> None:
 
 
 def test_storage_class_comes_from_the_cluster_or_is_left_out() -> None:
-    xr = copy.deepcopy(CACHE.xr)
-    del xr["spec"]["storageClassName"]
-    cluster = copy.deepcopy(CACHE.required[0])
-    cluster["status"]["cache"] = {"storageClassName": "plnt-shared-vast"}
-    assert manifests(run(xr, [cluster]))["pvc"]["spec"]["storageClassName"] == "plnt-shared-vast"
-    assert "storageClassName" not in manifests(run(xr, CACHE.required))["pvc"]["spec"]
+    from_cluster = manifests(response("storage-class-from-cluster"))["pvc"]["spec"]
+    assert from_cluster["storageClassName"] == "plnt-shared-vast"
+    assert "storageClassName" not in manifests(response("storage-class-left-out"))["pvc"]["spec"]
 
 
 @pytest.mark.parametrize(
-    ("required", "wants"),
+    ("name", "wants"),
     [
-        ([], "InferenceCluster eks-l4 not found"),
-        (
-            [{**CACHE.required[0], "status": {}}],
-            "InferenceCluster eks-l4 has no providerConfigRef yet",
-        ),
+        ("cluster-missing", "InferenceCluster eks-l4 not found"),
+        ("cluster-without-provider-config", "InferenceCluster eks-l4 has no providerConfigRef yet"),
     ],
-    ids=["missing", "no-provider-config"],
 )
-def test_unreachable_cluster_composes_nothing(required: list[dict], wants: str) -> None:
-    rsp = run(CACHE.xr, required)
+def test_unreachable_cluster_composes_nothing(name: str, wants: str) -> None:
+    rsp = response(name)
     assert not rsp.desired.resources
     assert wants in condition(rsp).message
     assert rsp.desired.composite.ready == fnv1.READY_FALSE
 
 
-@pytest.mark.parametrize(
-    ("field", "value", "path"),
-    [
-        ("source", {"uri": "ftp://example.com/model"}, "spec.source.uri"),
-        ("size", "lots", "spec.size"),
-        ("clusterName", "", "spec.clusterName"),
-    ],
-)
-def test_invalid_input_is_fatal(field: str, value: object, path: str) -> None:
-    xr = copy.deepcopy(CACHE.xr)
-    xr["spec"][field] = value
-    rsp = run(xr, CACHE.required)
+@pytest.mark.parametrize(("name", "path"), [(name, path) for name, _, _, path in INVALID])
+def test_invalid_input_is_fatal(name: str, path: str) -> None:
+    rsp = response(name)
     (result,) = [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
     assert result.message.startswith(f"invalid input: {path}")
 
 
 def test_a_presigned_url_never_reaches_the_conditions() -> None:
-    uri = "https://user:pw@example.com/m/model.gguf?X-Amz-Signature=s3cr3t#frag"
-    rsp = run(with_source(uri), CACHE.required)
-    message = condition(rsp).message
+    message = condition(response("presigned-url")).message
     assert "example.com/m/model.gguf" in message
     assert "s3cr3t" not in message and "pw@" not in message and "frag" not in message
 
