@@ -38,6 +38,7 @@ MODULES = (
     "tests.functions.test_model_endpoint",
     "tests.functions.test_inference_class",
     "tests.functions.test_model_cache",
+    "tests.functions.test_model_service",
 )
 
 

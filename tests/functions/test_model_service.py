@@ -1,7 +1,9 @@
 """function-model-service through its real run_function: weights, canary shares, backends.
 
-The weights math is checked on hand-worked tables and, with hypothesis, on random services:
-integers that always sum to 1000, each within one unit of its exact share, deterministic.
+Each case's whole response is in tests/functions/responses/model_service/; the tests named for a
+rule read the field it is about. The weights math is checked on hand-worked tables and, with
+hypothesis, on random services: integers that always sum to 1000, each within one unit of its
+exact share, deterministic.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pathlib
+from collections.abc import Callable
 from fractions import Fraction
 
 import pytest
@@ -20,13 +23,12 @@ from hypothesis import strategies as st
 from functions.model_service import fn, weights
 from plnt import xp
 from plnt_host import render
+from tests.functions import tables
+from tests.support import request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples/model-service"
 SCENARIO = render.load_scenario(EXAMPLE)
-
-
-COMPOSITION = render.compositions()[("modelplane.ai/v1alpha1", "ModelService")]
 
 
 @dataclasses.dataclass
@@ -37,8 +39,12 @@ class Out:
     warnings: list[str]
 
 
+COMPOSITION = render.compositions()[("modelplane.ai/v1alpha1", "ModelService")]
+
+
 def run(xr: dict, required: list[dict], observed: list[dict] | None = None) -> Out:
-    """The real run_function, re-run with what it required until stable, as Crossplane does."""
+    """The Composition's pipeline, each step re-run with what it required until stable, as
+    Crossplane does (test_model_service_in_cluster's tests run it)."""
     state, results, conditions, _ = render.run_pipeline(COMPOSITION, xr, observed or [], required)
     return Out(
         desired={n: xp.to_dict(r.resource) for n, r in state.resources.items()},
@@ -52,11 +58,250 @@ def weights_of(out: Out) -> dict[str, int]:
     return {w["endpoint"]: w["weight"] for w in out.status["weights"]}
 
 
+# --- the cases: the example, changed -----------------------------------------------------------
+
+
+def required_with(change: Callable[[list[dict]], list[dict] | None]) -> list[dict]:
+    """The example's required resources, changed in place or replaced by what `change` returns."""
+    required = copy.deepcopy(SCENARIO.required)
+    return change(required) or required
+
+
+def the(kind: str, required: list[dict]) -> dict:
+    (obj,) = [o for o in required if o["kind"] == kind]
+    return obj
+
+
+def without(names_or_kinds: set[str]) -> list[dict]:
+    return [
+        o
+        for o in SCENARIO.required
+        if o["kind"] not in names_or_kinds and o["metadata"]["name"] not in names_or_kinds
+    ]
+
+
+def only_canary_revision(required: list[dict]) -> None:
+    deployment = the("ModelDeployment", required)
+    deployment["status"]["revisions"] = {"canary": deployment["status"]["revisions"]["canary"]}
+
+
+def canary_run(spec_run: str) -> Callable[[list[dict]], None]:
+    """No canary revision; the deployment took up run r-1 and its spec names `spec_run`."""
+
+    def change(required: list[dict]) -> None:
+        deployment = the("ModelDeployment", required)
+        deployment["status"]["revisions"].pop("canary")
+        deployment["spec"].setdefault("canary", {})["runId"] = spec_run
+        deployment["status"].setdefault("canary", {})["run"] = "r-1"
+
+    return change
+
+
+def gateway(addresses: object = None, *, status: bool = True) -> dict:
+    gw = copy.deepcopy(the("Gateway", SCENARIO.required))
+    if not status:
+        del gw["status"]
+    elif addresses is not None:
+        gw["status"]["addresses"] = addresses
+    return gw
+
+
+def hosted_endpoint_with(spec: dict) -> list[dict]:
+    hosted = copy.deepcopy(
+        next(o for o in SCENARIO.required if o["metadata"]["name"] == "hosted-qwen3-8b")
+    )
+    hosted["spec"] = spec
+    return [*without({"hosted-qwen3-8b"}), hosted]
+
+
+def with_deployment_alone() -> dict:
+    xr = copy.deepcopy(SCENARIO.xr)
+    xr["spec"]["endpoints"] = xr["spec"]["endpoints"][:1]
+    return xr
+
+
+REFUSED_ROUTE = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "HTTPRoute",
+    "metadata": {
+        "name": "qwen3-8b",
+        "namespace": "ml-team",
+        "annotations": {xp.COMPOSITION_RESOURCE_NAME: "route"},
+    },
+    "status": {
+        "parents": [
+            {
+                "parentRef": {"name": "plnt-gateway", "namespace": "plnt-system"},
+                "controllerName": "istio.io/gateway-controller",
+                "conditions": [
+                    {
+                        "type": "Accepted",
+                        "status": "False",
+                        "reason": "NotAllowedByListeners",
+                        "message": "no listener allows routes from namespace ml-team",
+                    }
+                ],
+            }
+        ]
+    },
+}
+
+
+def with_granted_hostnames_and_path() -> dict:
+    xr = copy.deepcopy(SCENARIO.xr)
+    xr["spec"]["hostnames"] = ["models.example.com"]
+    xr["spec"]["path"] = "/qwen"
+    xr["spec"]["gatewayRef"] = {"name": "edge", "namespace": "gateways"}
+    return xr
+
+
+GRANT = {
+    "apiVersion": "modelplane.ai/v1alpha1",
+    "kind": "InferenceGrant",
+    "metadata": {"name": "ml-team"},
+    "spec": {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ml-team"}},
+        "routes": {
+            "paths": ["/qwen"],
+            "hostnames": ["*.example.com"],
+            "gateways": [{"namespace": "gateways", "name": "edge"}],
+        },
+    },
+}
+
+# Endpoints pointing inside the platform: (case, url, why the warning gives).
+INSIDE = [
+    (
+        "endpoint-in-cluster-dns",
+        "http://kube-dns.kube-system.svc.cluster.local:53",
+        "an in-cluster or local host name",
+    ),
+    ("endpoint-localhost", "http://localhost:15000", "an in-cluster or local host name"),
+    (
+        "endpoint-loopback",
+        "http://127.0.0.1:15000",
+        "an address inside the platform (127.0.0.1, in 127.0.0.0/8)",
+    ),
+    (
+        "endpoint-link-local",
+        "http://169.254.169.254/latest",
+        "an address inside the platform (169.254.169.254, in 169.254.0.0/16)",
+    ),
+]
+# Gateway statuses of the wrong shape: (case, status.addresses).
+BAD_ADDRESSES = [
+    ("gateway-addresses-true", True),
+    ("gateway-addresses-null", [None]),
+    ("gateway-address-a-number", [{"value": 7}]),
+    ("gateway-addresses-a-number", 3),
+]
+
+
+def our_endpoints(required: list[dict]) -> list[dict]:
+    return [o for o in required if o["kind"] == "ModelEndpoint" and fn.deployment_of(o)]
+
+
+def stable_endpoint_names() -> list[str]:
+    """The example's endpoints of its stable revision, left behind by a promotion."""
+    promoted = the("ModelDeployment", SCENARIO.required)["status"]["revisions"]["canary"]
+    return [
+        o["metadata"]["name"]
+        for o in our_endpoints(SCENARIO.required)
+        if o["metadata"]["labels"].get("modelplane.ai/revision") != promoted
+    ]
+
+
+def promoted(required: list[dict]) -> None:
+    deployment = the("ModelDeployment", required)
+    deployment["status"]["revisions"] = {"stable": deployment["status"]["revisions"]["canary"]}
+
+
+def promoted_old_gone(required: list[dict]) -> list[dict]:
+    promoted(required)
+    return [o for o in required if o["metadata"]["name"] not in stable_endpoint_names()]
+
+
+def promoted_none_up(required: list[dict]) -> list[dict]:
+    promoted(required)
+    old = stable_endpoint_names()
+    return [
+        o
+        for o in required
+        if o["kind"] != "ModelEndpoint" or o["metadata"]["name"] in old or not fn.deployment_of(o)
+    ]
+
+
+def service_case(
+    name: str, xr: dict = SCENARIO.xr, required: list[dict] = SCENARIO.required, observed=()
+) -> tables.Case:
+    return tables.Case(name, request(xr, observed), tuple(required))
+
+
+TABLE = tables.Table(
+    "model_service",
+    fn.run_function,
+    (
+        service_case("example"),
+        service_case("deployment-absent", required=without({"ModelDeployment"})),
+        service_case("no-stable-revision", required=required_with(only_canary_revision)),
+        service_case(
+            "no-stable-revision-selected-alone",
+            with_deployment_alone(),
+            required_with(only_canary_revision),
+        ),
+        service_case("canary-run-taken-up", required=required_with(canary_run("r-1"))),
+        service_case("canary-run-not-taken-up", required=required_with(canary_run("r-2"))),
+        service_case("replica-degraded", required=without({"qwen3-8b-lab-l4-0"})),
+        service_case("gateway-without-status", required=[gateway(status=False)]),
+        service_case("gateway-missing", required=without({"Gateway"})),
+        service_case("route-refused", observed=[REFUSED_ROUTE]),
+        service_case(
+            "hostnames-and-path-granted",
+            with_granted_hostnames_and_path(),
+            [*SCENARIO.required, GRANT],
+        ),
+        service_case("endpoint-invalid", required=hosted_endpoint_with({"url": "ftp://nope"})),
+        *(
+            service_case(name, required=hosted_endpoint_with({"url": url}))
+            for name, url, _ in INSIDE
+        ),
+        service_case("revision-promoted", required=required_with(promoted)),
+        service_case("revision-promoted-old-gone", required=required_with(promoted_old_gone)),
+        service_case("revision-promoted-none-up", required=required_with(promoted_none_up)),
+        *(
+            service_case(name, required=[*without({"Gateway"}), gateway(addresses)])
+            for name, addresses in BAD_ADDRESSES
+        ),
+    ),
+)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+def response(name: str) -> fnv1.RunFunctionResponse:
+    return TABLE.response(CASES[name])
+
+
+def outcome(name: str) -> Out:
+    rsp = response(name)
+    assert not [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+    return Out(
+        desired={n: xp.to_dict(r.resource) for n, r in rsp.desired.resources.items()},
+        status=xp.to_dict(rsp.desired.composite.resource).get("status", {}),
+        conditions={c.type: c for c in rsp.conditions},
+        warnings=[r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING],
+    )
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
+
+
 # --- the example --------------------------------------------------------------------------
 
 
 def test_example_splits_by_group_weight_and_canary_percent() -> None:
-    out = run(SCENARIO.xr, SCENARIO.required)
+    out = outcome("example")
     assert weights_of(out) == {
         "hosted-qwen3-8b": 333,
         "qwen3-8b-coreweave-h100-0": 317,
@@ -70,7 +315,7 @@ def test_example_splits_by_group_weight_and_canary_percent() -> None:
 
 
 def test_the_route_carries_the_same_weights_as_status() -> None:
-    out = run(SCENARIO.xr, SCENARIO.required)
+    out = outcome("example")
     route = out.desired["route"]
     assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
     assert route["spec"]["parentRefs"] == [
@@ -89,7 +334,7 @@ def test_the_route_carries_the_same_weights_as_status() -> None:
 
 
 def test_backends_per_kind_of_host() -> None:
-    out = run(SCENARIO.xr, SCENARIO.required).desired
+    out = outcome("example").desired
     hosted = out["ep-qwen3-8b-hosted-qwen3-8b-service"]
     assert hosted["spec"] == {
         "type": "ExternalName",
@@ -126,15 +371,14 @@ def test_backends_per_kind_of_host() -> None:
 
 
 def test_no_credentials_reach_anything_composed_or_status() -> None:
-    out = run(SCENARIO.xr, SCENARIO.required)
+    out = outcome("example")
     text = yaml.safe_dump([out.desired, out.status])
     assert "hosted-inference-api-key" not in text
     assert "token" not in text
 
 
 def test_without_a_deployment_its_canary_endpoints_count_as_stable() -> None:
-    required = [o for o in SCENARIO.required if o["kind"] != "ModelDeployment"]
-    got = weights_of(run(SCENARIO.xr, required))
+    got = weights_of(outcome("deployment-absent"))
     assert got["qwen3-8b-coreweave-h100-1"] == got["qwen3-8b-coreweave-h100-0"] == 222
     assert sum(got.values()) == 1000
 
@@ -142,17 +386,12 @@ def test_without_a_deployment_its_canary_endpoints_count_as_stable() -> None:
 def test_a_deployment_without_a_stable_revision_gets_no_traffic() -> None:
     """Its first revision is being smoke-tested (or failed): nothing it runs has passed the
     latency gate, so its endpoints are held and the other group takes everything."""
-    required = copy.deepcopy(SCENARIO.required)
-    (deployment,) = [o for o in required if o["kind"] == "ModelDeployment"]
-    deployment["status"]["revisions"] = {"canary": deployment["status"]["revisions"]["canary"]}
-    out = run(SCENARIO.xr, required)
+    out = outcome("no-stable-revision")
     assert weights_of(out) == {"hosted-qwen3-8b": 1000}
     assert not [n for n in out.desired if n.startswith("ep-qwen3-8b-qwen3-8b-")]  # no backends
 
     # with only the deployment selected, nothing is routed, and the condition says why
-    alone = copy.deepcopy(SCENARIO.xr)
-    alone["spec"]["endpoints"] = alone["spec"]["endpoints"][:1]
-    out = run(alone, required)
+    out = outcome("no-stable-revision-selected-alone")
     assert out.status["weights"] == []
     cond = out.conditions["Routed"]
     assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, "NoEndpoints")
@@ -168,27 +407,17 @@ def test_a_canary_in_flight_asks_to_be_called_again_soon() -> None:
     taken up yet), the response's TTL is CANARY_TTL_S (else the SDK's default), so the canary
     takes its share before a fast gate promotes it."""
 
-    def ttl(required: list[dict]) -> float:
-        trace: list[tuple[str, fnv1.RunFunctionRequest]] = []
-        render.run_pipeline(COMPOSITION, SCENARIO.xr, [], required, trace=trace)
-        ((_, req),) = [t for t in trace if t[0].endswith("model-service")]
-        return fn.run_function(req).meta.ttl.ToMilliseconds() / 1000
+    def ttl(name: str) -> float:
+        return response(name).meta.ttl.ToMilliseconds() / 1000
 
-    assert ttl(SCENARIO.required) == fn.CANARY_TTL_S
-    required = copy.deepcopy(SCENARIO.required)
-    (deployment,) = [o for o in required if o["kind"] == "ModelDeployment"]
-    deployment["status"]["revisions"].pop("canary")
-    deployment["spec"].setdefault("canary", {})["runId"] = "r-1"
-    deployment["status"].setdefault("canary", {})["run"] = "r-1"
-    assert ttl(required) > 10 * fn.CANARY_TTL_S
+    assert ttl("example") == fn.CANARY_TTL_S
+    assert ttl("canary-run-taken-up") > 10 * fn.CANARY_TTL_S
     # a new run in the spec, before the deployment has taken it up (no canary revision yet)
-    deployment["spec"]["canary"]["runId"] = "r-2"
-    assert ttl(required) == fn.CANARY_TTL_S
+    assert ttl("canary-run-not-taken-up") == fn.CANARY_TTL_S
 
 
 def test_a_degraded_replicas_endpoint_is_absent_and_its_share_moves() -> None:
-    required = [o for o in SCENARIO.required if o["metadata"]["name"] != "qwen3-8b-lab-l4-0"]
-    got = weights_of(run(SCENARIO.xr, required))
+    got = weights_of(outcome("replica-degraded"))
     assert "qwen3-8b-lab-l4-0" not in got
     # exact 333.3 / 633.3 / 33.3: the unit left over goes to the first name on a tie
     assert got == {
@@ -198,14 +427,8 @@ def test_a_degraded_replicas_endpoint_is_absent_and_its_share_moves() -> None:
     }
 
 
-def _gateway() -> dict:
-    return copy.deepcopy(next(o for o in SCENARIO.required if o["kind"] == "Gateway"))
-
-
 def test_no_endpoints_means_not_routed_and_a_route_without_backends() -> None:
-    gateway = _gateway()
-    del gateway["status"]
-    out = run(SCENARIO.xr, [gateway])
+    out = outcome("gateway-without-status")
     cond = out.conditions["Routed"]
     assert cond.status == fnv1.STATUS_CONDITION_FALSE
     assert cond.reason == "NoEndpoints"
@@ -216,8 +439,7 @@ def test_no_endpoints_means_not_routed_and_a_route_without_backends() -> None:
 
 def test_a_missing_gateway_is_named_in_routed() -> None:
     """The control-plane Gateway is a prerequisite: waiting on it says so, never silently."""
-    required = [o for o in SCENARIO.required if o["kind"] != "Gateway"]
-    out = run(SCENARIO.xr, required)
+    out = outcome("gateway-missing")
     cond = out.conditions["Routed"]
     assert cond.status == fnv1.STATUS_CONDITION_FALSE
     assert cond.reason == "MissingDependency"
@@ -231,32 +453,7 @@ def test_a_missing_gateway_is_named_in_routed() -> None:
 
 
 def test_a_route_the_gateway_refuses_is_named_in_routed() -> None:
-    route = {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": {
-            "name": "qwen3-8b",
-            "namespace": "ml-team",
-            "annotations": {xp.COMPOSITION_RESOURCE_NAME: "route"},
-        },
-        "status": {
-            "parents": [
-                {
-                    "parentRef": {"name": "plnt-gateway", "namespace": "plnt-system"},
-                    "controllerName": "istio.io/gateway-controller",
-                    "conditions": [
-                        {
-                            "type": "Accepted",
-                            "status": "False",
-                            "reason": "NotAllowedByListeners",
-                            "message": "no listener allows routes from namespace ml-team",
-                        }
-                    ],
-                }
-            ]
-        },
-    }
-    out = run(SCENARIO.xr, SCENARIO.required, [route])
+    out = outcome("route-refused")
     cond = out.conditions["Routed"]
     assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, "NotAccepted")
     assert cond.message == (
@@ -266,24 +463,7 @@ def test_a_route_the_gateway_refuses_is_named_in_routed() -> None:
 
 
 def test_hostnames_and_path_override_the_defaults_where_the_platform_grants_them() -> None:
-    xr = copy.deepcopy(SCENARIO.xr)
-    xr["spec"]["hostnames"] = ["models.example.com"]
-    xr["spec"]["path"] = "/qwen"
-    xr["spec"]["gatewayRef"] = {"name": "edge", "namespace": "gateways"}
-    grant = {
-        "apiVersion": "modelplane.ai/v1alpha1",
-        "kind": "InferenceGrant",
-        "metadata": {"name": "ml-team"},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ml-team"}},
-            "routes": {
-                "paths": ["/qwen"],
-                "hostnames": ["*.example.com"],
-                "gateways": [{"namespace": "gateways", "name": "edge"}],
-            },
-        },
-    }
-    out = run(xr, [*SCENARIO.required, grant])
+    out = outcome("hostnames-and-path-granted")
     route = out.desired["route"]
     assert route["spec"]["hostnames"] == ["models.example.com"]
     assert route["spec"]["parentRefs"][0]["name"] == "edge"
@@ -292,12 +472,7 @@ def test_hostnames_and_path_override_the_defaults_where_the_platform_grants_them
 
 
 def test_an_invalid_hand_made_endpoint_gets_no_traffic_and_a_warning() -> None:
-    bad = copy.deepcopy(
-        next(o for o in SCENARIO.required if o["metadata"]["name"] == "hosted-qwen3-8b")
-    )
-    bad["spec"]["url"] = "ftp://nope"
-    required = [o for o in SCENARIO.required if o["metadata"]["name"] != "hosted-qwen3-8b"] + [bad]
-    out = run(SCENARIO.xr, required)
+    out = outcome("endpoint-invalid")
     assert "hosted-qwen3-8b" not in weights_of(out)
     assert out.warnings == ["ModelEndpoint hosted-qwen3-8b has an invalid spec; it gets no traffic"]
 
@@ -391,29 +566,11 @@ def test_weights_always_sum_to_the_total_and_stay_within_one_unit(gs, pct) -> No
     assert sum(exact.values()) == (Fraction(1) if live else 0)
 
 
-@pytest.mark.parametrize(
-    ("url", "why"),
-    [
-        ("http://kube-dns.kube-system.svc.cluster.local:53", "an in-cluster or local host name"),
-        ("http://localhost:15000", "an in-cluster or local host name"),
-        ("http://127.0.0.1:15000", "an address inside the platform (127.0.0.1, in 127.0.0.0/8)"),
-        (
-            "http://169.254.169.254/latest",
-            "an address inside the platform (169.254.169.254, in 169.254.0.0/16)",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("name", "why"), [(name, why) for name, _, why in INSIDE])
 def test_endpoints_pointing_inside_the_cluster_or_at_the_proxy_are_refused(
-    url: str, why: str
+    name: str, why: str
 ) -> None:
-    sneaky = copy.deepcopy(
-        next(o for o in SCENARIO.required if o["metadata"]["name"] == "hosted-qwen3-8b")
-    )
-    sneaky["spec"] = {"url": url}
-    required = [o for o in SCENARIO.required if o["metadata"]["name"] != "hosted-qwen3-8b"] + [
-        sneaky
-    ]
-    out = run(SCENARIO.xr, required)
+    out = outcome(name)
     assert "hosted-qwen3-8b" not in weights_of(out)
     assert not [n for n in out.desired if "hosted" in n]
     (warning,) = out.warnings
@@ -445,41 +602,22 @@ def test_a_revision_promoted_away_takes_no_share_while_its_replicas_go() -> None
     """After a promotion the old revision's endpoints linger while its replicas are deleted;
     counted as stable they took half the deployment's share (seen live). They take none while an
     endpoint of a revision the deployment reports is there, and keep serving if none is."""
-    required = copy.deepcopy(SCENARIO.required)
-    (deployment,) = [o for o in required if o["kind"] == "ModelDeployment"]
-    revisions = deployment["status"]["revisions"]
-    promoted = revisions["canary"]
-    ours = [o for o in required if o["kind"] == "ModelEndpoint" and fn.deployment_of(o)]
-    old = [
-        o["metadata"]["name"]
-        for o in ours
-        if o["metadata"]["labels"].get("modelplane.ai/revision") != promoted
-    ]
+    old = stable_endpoint_names()
     assert old, "the example has endpoints of the stable revision"
-    deployment["status"]["revisions"] = {"stable": promoted}  # the gate passed: promoted
-    got = weights_of(run(SCENARIO.xr, required))
+    got = weights_of(outcome("revision-promoted"))  # the gate passed: promoted
     assert not set(old) & set(got), got
     assert sum(got.values()) == 1000
     # exactly as if the old endpoints were already gone
-    gone = [o for o in required if o["metadata"]["name"] not in old]
-    assert got == weights_of(run(SCENARIO.xr, gone))
+    assert got == weights_of(outcome("revision-promoted-old-gone"))
 
     # with no endpoint of the promoted revision up yet, the old ones keep serving
-    lone = [
-        o
-        for o in required
-        if o["kind"] != "ModelEndpoint" or o["metadata"]["name"] in old or not fn.deployment_of(o)
-    ]
-    got = weights_of(run(SCENARIO.xr, lone))
+    got = weights_of(outcome("revision-promoted-none-up"))
     assert set(old) <= set(got) and all(got[n] > 0 for n in old), got
 
 
-@pytest.mark.parametrize("addresses", [True, [None], [{"value": 7}], 3])
-def test_a_gateway_status_of_the_wrong_shape_has_no_address(addresses) -> None:
+@pytest.mark.parametrize("name", [name for name, _ in BAD_ADDRESSES])
+def test_a_gateway_status_of_the_wrong_shape_has_no_address(name: str) -> None:
     """The Gateway is anyone's to write (a fuzzed fleet found these crashing)."""
-    gateway = _gateway()
-    gateway["status"]["addresses"] = addresses
-    required = [o for o in SCENARIO.required if o["kind"] != "Gateway"] + [gateway]
-    out = run(SCENARIO.xr, required)
+    out = outcome(name)
     assert "url" not in out.status, "no usable Gateway address and no hostname: no URL yet"
     assert sum(weights_of(out).values()) == weights.TOTAL
