@@ -39,6 +39,7 @@ MODULES = (
     "tests.functions.test_inference_class",
     "tests.functions.test_model_cache",
     "tests.functions.test_model_service",
+    "tests.functions.test_inference_cluster",
 )
 
 

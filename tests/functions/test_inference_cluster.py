@@ -1,6 +1,7 @@
 """function-inference-cluster through its real run_function, with Crossplane's requirement loop.
 
-Inputs come from the example scenarios (examples/inference-cluster-*), changed per test.
+Inputs come from the example scenarios (examples/inference-cluster-*), changed per case; each
+case's whole response is in tests/functions/responses/inference_cluster/.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from functions.inference_cluster import fn, inferencepool_crd, tenants
 from plnt import xp
 from plnt_host import render, runtime
-from tests.support import has_fatal
+from tests.functions import tables
+from tests.support import has_fatal, request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 COREWEAVE = render.load_scenario(REPO / "examples" / "inference-cluster-coreweave")
@@ -99,19 +101,296 @@ def ready_observed(drop: tuple[str, ...] = (), unready: tuple[str, ...] = ()) ->
     return out
 
 
+# --- the cases: the example scenarios, changed ------------------------------------------------
+
+
+def without(kind: str, name: str, docs: list[dict]) -> list[dict]:
+    return [d for d in docs if not (d["kind"] == kind and d["metadata"]["name"] == name)]
+
+
+def no_provisioning(docs: list[dict], name: str, field: str | None = None) -> list[dict]:
+    out = copy.deepcopy(docs)
+    for doc in out:
+        if doc["kind"] == "InferenceClass" and doc["metadata"]["name"] == name:
+            if field:
+                doc["spec"]["provisioning"]["coreweave"].pop(field)
+            else:
+                doc["spec"].pop("provisioning")
+    return out
+
+
+def kubeconfig_published() -> list[dict]:
+    cwc = copy.deepcopy(next(o for o in READY.observed if o["kind"] == "CoreWeaveCluster"))
+    cwc["status"]["secrets"] = [{"name": "cks-admin", "key": "config", "type": "Kubeconfig"}]
+    return [cwc]
+
+
+def gateway_without_address() -> list[dict]:
+    observed = ready_observed()
+    gateway = next(o for o in observed if o["metadata"]["name"].endswith("-gateway"))
+    gateway["status"]["atProvider"]["manifest"]["status"]["addresses"] = []
+    return observed
+
+
+def class_asking_b200(docs: list[dict]) -> list[dict]:
+    required = copy.deepcopy(docs)
+    h100 = next(o for o in required if o["metadata"]["name"] == "nvidia-h100-8x")
+    h100["spec"]["provisioning"]["coreweave"]["instanceType"] = "gd-8xb200ib-i128"
+    return required
+
+
+def with_tenants(namespaces: str) -> dict:
+    return changed(
+        READY.xr,
+        lambda x: x["metadata"].update(annotations={"plnt.work/tenant-namespaces": namespaces}),
+    )
+
+
+def observed_as_ready(rsp: fnv1.RunFunctionResponse, names: set[str]) -> list[dict]:
+    """The named desired resources as provider-kubernetes would show them once Ready."""
+    out = []
+    for name in sorted(names):
+        obj = composed(rsp)[name]
+        obj["metadata"]["annotations"] = {xp.COMPOSITION_RESOURCE_NAME: name}
+        obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+        out.append(obj)
+    return out
+
+
+def tenants_in_place(namespaces: str, in_place: Callable[[str], bool]) -> list[dict]:
+    """The ready stack, and the shared objects of `namespaces` for which `in_place` holds, as
+    the cluster's first response composed them, Ready."""
+    first = run(with_tenants(namespaces), READY.required, ready_observed())
+    return [*ready_observed(), *observed_as_ready(first, set(filter(in_place, composed(first))))]
+
+
+# Each install waits for what it needs: (case, observed, what is composed).
+WAITS = [
+    ("waits-nothing-observed", [], TIER_ONE),
+    (
+        "waits-tier-one-ready",
+        ready_observed(drop=LATER),
+        TIER_ONE | {"release-kgateway", "object-gateway-parameters"},
+    ),
+    (
+        "waits-crds-unready",
+        ready_observed(drop=LATER, unready=("release-kgateway-crds",)),
+        TIER_ONE,
+    ),
+    (
+        "waits-namespace-unready",
+        ready_observed(drop=LATER, unready=("object-gateway-namespace",)),
+        TIER_ONE | {"release-kgateway"},
+    ),
+    (
+        "waits-kgateway-unready",
+        ready_observed(drop=("object-gateway",), unready=("release-kgateway",)),
+        TIER_ONE | {"release-kgateway", "object-gateway-parameters"},
+    ),
+    (
+        "waits-parameters-unready",
+        ready_observed(drop=("object-gateway",), unready=("object-gateway-parameters",)),
+        TIER_ONE | {"release-kgateway", "object-gateway-parameters"},
+    ),
+    ("waits-kgateway-ready", ready_observed(drop=("object-gateway",)), EVERYTHING),
+    # Once it exists, the Gateway stays even when its controller turns unready.
+    ("waits-keeps-gateway", ready_observed(unready=("release-kgateway",)), EVERYTHING),
+]
+# Inputs missing or wrong: (case, scenario, required, the message naming what is missing).
+BAD_INPUT = [
+    (
+        "bad-missing-class",
+        COREWEAVE,
+        without("InferenceClass", "cpu-genoa", COREWEAVE.required),
+        'node pool "cpu": InferenceClass "cpu-genoa" not found',
+    ),
+    (
+        "bad-no-coreweave-provisioning",
+        COREWEAVE,
+        no_provisioning(COREWEAVE.required, "cpu-genoa"),
+        'node pool "cpu": InferenceClass "cpu-genoa" has no CoreWeave provisioning '
+        "(spec.provisioning.coreweave)",
+    ),
+    (
+        "bad-gpu-without-accelerator",
+        COREWEAVE,
+        no_provisioning(COREWEAVE.required, "nvidia-h100-8x", "acceleratorType"),
+        'node pool "h100": InferenceClass "nvidia-h100-8x" has GPU devices but no '
+        "spec.provisioning.coreweave.acceleratorType",
+    ),
+    (
+        "bad-missing-secret",
+        EXISTING,
+        without("Secret", "lab-l40s-kubeconfig", EXISTING.required),
+        'kubeconfig Secret "plnt-system/lab-l40s-kubeconfig" not found',
+    ),
+    (
+        "bad-secret-without-key",
+        EXISTING,
+        [
+            changed(d, lambda s: s.update(data={"config": "eA=="})) if d["kind"] == "Secret" else d
+            for d in EXISTING.required
+        ],
+        'kubeconfig Secret "plnt-system/lab-l40s-kubeconfig" has no key "kubeconfig"',
+    ),
+    (
+        "bad-invalid-class",
+        EXISTING,
+        [
+            changed(d, lambda c: c["spec"]["devices"][0].pop("deviceClassName"))
+            if d["kind"] == "InferenceClass"
+            else d
+            for d in EXISTING.required
+        ],
+        'node pool "l40s": InferenceClass "nvidia-l40s-4x" is invalid '
+        "(spec.devices[0].deviceClassName: required when claim is DRA)",
+    ),
+]
+# Invalid specs: (case, change to the CoreWeave example, the fatal result).
+INVALID = [
+    (
+        "invalid-no-coreweave-block",
+        lambda x: x["spec"]["cluster"].pop("coreweave"),
+        "invalid input: spec.cluster.coreweave: required when source is CoreWeave",
+    ),
+    (
+        "invalid-duplicate-pool",
+        lambda x: x["spec"]["nodePools"].append(dict(x["spec"]["nodePools"][0])),
+        "invalid input: spec.nodePools[2].name: duplicate node pool name 'h100'",
+    ),
+    (
+        "invalid-min-above-max",
+        lambda x: x["spec"]["nodePools"][0].update(minNodeCount=5),
+        "invalid input: spec.nodePools[0].minNodeCount: minNodeCount must not exceed maxNodeCount",
+    ),
+    (
+        "invalid-long-name",
+        lambda x: x["metadata"].update(name="c" * 41),
+        "invalid input: metadata.name: must be at most 40 characters: it names the "
+        "CoreWeaveCluster, the ProviderConfigs and the Releases, and labels what they compose",
+    ),
+]
+
+
+def cluster_case(
+    name: str, xr: dict, required: list[dict] = (), observed: list[dict] = ()
+) -> tables.Case:
+    return tables.Case(name, request(xr, observed), tuple(required))
+
+
+def is_tenant(name: str) -> bool:
+    return name.startswith("tenant-")
+
+
+def is_shared(name: str) -> bool:
+    return name.startswith(("tenant-", "endpoint-picker"))
+
+
+TABLE = tables.Table(
+    "inference_cluster",
+    fn.run_function,
+    (
+        cluster_case("coreweave", COREWEAVE.xr, COREWEAVE.required),
+        cluster_case(
+            "coreweave-kubeconfig-published",
+            COREWEAVE.xr,
+            COREWEAVE.required,
+            kubeconfig_published(),
+        ),
+        cluster_case(
+            "coreweave-cpu-only",
+            changed(
+                COREWEAVE.xr, lambda x: x["spec"].update(nodePools=[x["spec"]["nodePools"][1]])
+            ),
+            COREWEAVE.required,
+        ),
+        *(cluster_case(name, READY.xr, READY.required, observed) for name, observed, _ in WAITS),
+        cluster_case("ready", READY.xr, READY.required, ready_observed()),
+        cluster_case(
+            "ready-gateway-without-address", READY.xr, READY.required, gateway_without_address()
+        ),
+        cluster_case(
+            "ready-waiting-for-cluster-and-lws",
+            READY.xr,
+            READY.required,
+            ready_observed(unready=("coreweavecluster", "release-leaderworkerset")),
+        ),
+        cluster_case("existing", EXISTING.xr, EXISTING.required),
+        cluster_case("existing-stack-observed", EXISTING.xr, EXISTING.required, ready_observed()),
+        *(cluster_case(name, scenario.xr, required) for name, scenario, required, _ in BAD_INPUT),
+        cluster_case(
+            "bad-input-keeps-what-exists",
+            READY.xr,
+            without("InferenceClass", "cpu-genoa", READY.required),
+            ready_observed(drop=("release-kgateway", "object-gateway")),
+        ),
+        *(
+            cluster_case(name, changed(COREWEAVE.xr, change), COREWEAVE.required)
+            for name, change, _ in INVALID
+        ),
+        cluster_case(
+            "instance-type-held", READY.xr, class_asking_b200(READY.required), ready_observed()
+        ),
+        cluster_case(
+            "instance-type-new-pool",
+            changed(
+                READY.xr,
+                lambda x: x["spec"]["nodePools"].append(
+                    {**x["spec"]["nodePools"][0], "name": "b200"}
+                ),
+            ),
+            class_asking_b200(READY.required),
+            ready_observed(),
+        ),
+        cluster_case(
+            "tenants-published",
+            with_tenants("ml-team,team-b,Not_A_Name"),
+            READY.required,
+            ready_observed(),
+        ),
+        cluster_case(
+            "tenants-in-place-but-one",
+            with_tenants("ml-team,team-b,Not_A_Name"),
+            READY.required,
+            tenants_in_place(
+                "ml-team,team-b,Not_A_Name",
+                lambda n: is_shared(n) and n != "tenant-team-b-rolebinding",
+            ),
+        ),
+        cluster_case(
+            "tenant-unpublished",
+            with_tenants("team-b"),
+            READY.required,
+            tenants_in_place("ml-team,team-b", is_tenant),
+        ),
+        cluster_case(
+            "tenants-none-published",
+            with_tenants(""),
+            READY.required,
+            tenants_in_place("ml-team,team-b", is_tenant),
+        ),
+    ),
+)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+def response(name: str) -> fnv1.RunFunctionResponse:
+    return TABLE.response(CASES[name])
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
+
+
 # --- source CoreWeave -----------------------------------------------------------------
 
 
 def test_coreweave_cluster_from_the_classes() -> None:
-    rsp = run(COREWEAVE.xr, COREWEAVE.required)
+    rsp = response("coreweave")
     resources = composed(rsp)
     assert set(resources) == TIER_ONE
     cwc = resources["coreweavecluster"]
-    assert cwc["metadata"] == {
-        "name": "coreweave-us-east-04",
-        "namespace": "plnt-system",
-        "labels": {"modelplane.ai/inference-cluster": "coreweave-us-east-04"},
-    }
     assert cwc["spec"] == {
         "zone": "US-EAST-04A",
         "kubernetesVersion": "1.37",
@@ -137,10 +416,8 @@ def test_coreweave_cluster_from_the_classes() -> None:
 
 
 def test_provider_configs_follow_the_published_kubeconfig() -> None:
-    before = composed(run(COREWEAVE.xr, COREWEAVE.required))
-    cwc = copy.deepcopy(next(o for o in READY.observed if o["kind"] == "CoreWeaveCluster"))
-    cwc["status"]["secrets"] = [{"name": "cks-admin", "key": "config", "type": "Kubeconfig"}]
-    after = composed(run(COREWEAVE.xr, COREWEAVE.required, [cwc]))
+    before = composed(response("coreweave"))
+    after = composed(response("coreweave-kubeconfig-published"))
     for name, api in (
         ("providerconfig-kubernetes", "kubernetes.m.crossplane.io/v1alpha1"),
         ("providerconfig-helm", "helm.m.crossplane.io/v1beta1"),
@@ -164,7 +441,7 @@ def test_provider_configs_follow_the_published_kubeconfig() -> None:
 
 
 def test_releases_are_pinned_and_use_the_cluster_provider_config() -> None:
-    resources = composed(run(COREWEAVE.xr, COREWEAVE.required))
+    resources = composed(response("coreweave"))
     releases = {n: r for n, r in resources.items() if r["kind"] == "Release"}
     assert set(releases) == {
         "release-gateway-api-crds",
@@ -196,56 +473,18 @@ def test_releases_are_pinned_and_use_the_cluster_provider_config() -> None:
 
 
 def test_no_nvidia_dra_driver_without_nvidia_gpus() -> None:
-    cpu_only = changed(
-        COREWEAVE.xr, lambda x: x["spec"].update(nodePools=[x["spec"]["nodePools"][1]])
-    )
-    resources = composed(run(cpu_only, COREWEAVE.required))
+    resources = composed(response("coreweave-cpu-only"))
     assert "release-nvidia-dra-driver-gpu" not in resources
     assert [p["role"] for p in resources["coreweavecluster"]["spec"]["nodePools"]] == ["CPU"]
 
 
-@pytest.mark.parametrize(
-    ("observed", "expected"),
-    [
-        ([], TIER_ONE),
-        (
-            ready_observed(drop=LATER),
-            TIER_ONE | {"release-kgateway", "object-gateway-parameters"},
-        ),
-        (ready_observed(drop=LATER, unready=("release-kgateway-crds",)), TIER_ONE),
-        (
-            ready_observed(drop=LATER, unready=("object-gateway-namespace",)),
-            TIER_ONE | {"release-kgateway"},
-        ),
-        (
-            ready_observed(drop=("object-gateway",), unready=("release-kgateway",)),
-            TIER_ONE | {"release-kgateway", "object-gateway-parameters"},
-        ),
-        (
-            ready_observed(drop=("object-gateway",), unready=("object-gateway-parameters",)),
-            TIER_ONE | {"release-kgateway", "object-gateway-parameters"},
-        ),
-        (ready_observed(drop=("object-gateway",)), EVERYTHING),
-        # Once it exists, the Gateway stays even when its controller turns unready.
-        (ready_observed(unready=("release-kgateway",)), EVERYTHING),
-    ],
-    ids=[
-        "nothing",
-        "tier-one-ready",
-        "crds-unready",
-        "namespace-unready",
-        "kgateway-unready",
-        "parameters-unready",
-        "kgateway-ready",
-        "keeps-gateway",
-    ],
-)
-def test_each_install_waits_for_what_it_needs(observed: list[dict], expected: set[str]) -> None:
-    assert set(composed(run(READY.xr, READY.required, observed))) == expected
+@pytest.mark.parametrize(("name", "expected"), [(name, want) for name, _, want in WAITS])
+def test_each_install_waits_for_what_it_needs(name: str, expected: set[str]) -> None:
+    assert set(composed(response(name))) == expected
 
 
 def test_ready_cluster_reports_everything() -> None:
-    rsp = run(READY.xr, READY.required, ready_observed())
+    rsp = response("ready")
     assert all(readiness(rsp).values()) and set(readiness(rsp)) == EVERYTHING
     assert status(rsp) == {
         "providerConfigRef": {"name": "coreweave-us-east-04"},
@@ -264,10 +503,7 @@ def test_ready_cluster_reports_everything() -> None:
 
 
 def test_gateway_without_an_address_is_not_ready() -> None:
-    observed = ready_observed()
-    gateway = next(o for o in observed if o["metadata"]["name"].endswith("-gateway"))
-    gateway["status"]["atProvider"]["manifest"]["status"]["addresses"] = []
-    rsp = run(READY.xr, READY.required, observed)
+    rsp = response("ready-gateway-without-address")
     assert readiness(rsp)["object-gateway"] is False
     assert status(rsp)["gateway"] == {"address": ""}
     stack = condition(rsp, "StackReady")
@@ -276,11 +512,7 @@ def test_gateway_without_an_address_is_not_ready() -> None:
 
 
 def test_waiting_message_names_what_is_awaited() -> None:
-    rsp = run(
-        READY.xr,
-        READY.required,
-        ready_observed(unready=("coreweavecluster", "release-leaderworkerset")),
-    )
+    rsp = response("ready-waiting-for-cluster-and-lws")
     message = condition(rsp, "StackReady").message
     assert (
         message == "waiting for CoreWeaveCluster plnt-system/coreweave-us-east-04; leaderworkerset"
@@ -312,10 +544,10 @@ def values(resources: dict[str, dict], rname: str) -> dict:
     return resources[rname]["spec"]["forProvider"].get("values") or {}
 
 
-@pytest.mark.parametrize("scenario", [READY, EXISTING], ids=["coreweave", "existing"])
-def test_every_component_that_runs_pods_tolerates_every_pool_taint(scenario) -> None:
+@pytest.mark.parametrize("name", ["ready", "existing-stack-observed"])
+def test_every_component_that_runs_pods_tolerates_every_pool_taint(name: str) -> None:
     """plnt taints every pool it makes, and a cluster may be one GPU pool (seed 004)."""
-    resources = composed(run(scenario.xr, scenario.required, ready_observed()))
+    resources = composed(response(name))
     # the chart's own key for its controller's pods: kgateway and lws read top-level tolerations
     assert values(resources, "release-kgateway")["tolerations"] == POOL_TOLERATIONS
     assert values(resources, "release-kgateway")["inferenceExtension"] == {"enabled": True}
@@ -339,12 +571,10 @@ def test_every_component_that_runs_pods_tolerates_every_pool_taint(scenario) -> 
 
 
 @pytest.mark.parametrize(
-    ("scenario", "gpu_pools"),
-    [(READY, ["h100"]), (EXISTING, ["l40s"])],
-    ids=["coreweave", "existing"],
+    ("name", "gpu_pools"), [("ready", ["h100"]), ("existing-stack-observed", ["l40s"])]
 )
-def test_the_dra_kubelet_plugin_runs_on_the_gpu_pools(scenario, gpu_pools: list[str]) -> None:
-    resources = composed(run(scenario.xr, scenario.required, ready_observed()))
+def test_the_dra_kubelet_plugin_runs_on_the_gpu_pools(name: str, gpu_pools: list[str]) -> None:
+    resources = composed(response(name))
     dra = values(resources, "release-nvidia-dra-driver-gpu")
     plugin = dra["kubeletPlugin"]
     assert plugin["tolerations"] == POOL_TOLERATIONS
@@ -368,11 +598,11 @@ def policies(resources: dict[str, dict]) -> dict[str, list[str]]:
     return {n: r["spec"].get("managementPolicies", ["*"]) for n, r in resources.items()}
 
 
-@pytest.mark.parametrize("scenario", [READY, EXISTING], ids=["coreweave", "existing"])
-def test_namespaces_and_crds_are_never_deleted(scenario) -> None:
+@pytest.mark.parametrize("name", ["ready", "existing-stack-observed"])
+def test_namespaces_and_crds_are_never_deleted(name: str) -> None:
     """plnt-system and the CRDs may be shared or pre-existing (an Existing cluster may be the
     management cluster itself): deleting the InferenceCluster must leave them in place."""
-    got = policies(composed(run(scenario.xr, scenario.required, ready_observed())))
+    got = policies(composed(response(name)))
     keep = ["Observe", "Create", "Update", "LateInitialize"]
     kept = {
         "object-gateway-namespace",  # the plnt-system Namespace
@@ -391,7 +621,7 @@ def test_namespaces_and_crds_are_never_deleted(scenario) -> None:
 
 
 def test_existing_cluster_uses_the_secret_as_is() -> None:
-    rsp = run(EXISTING.xr, EXISTING.required)
+    rsp = response("existing")
     resources = composed(rsp)
     assert "coreweavecluster" not in resources
     assert set(resources) == TIER_ONE - {"coreweavecluster"}
@@ -407,7 +637,7 @@ def test_existing_cluster_uses_the_secret_as_is() -> None:
 
 
 def test_kubeconfig_never_leaves_the_request() -> None:
-    rsp = run(EXISTING.xr, EXISTING.required)
+    rsp = response("existing")
     secret = next(o for o in EXISTING.required if o["kind"] == "Secret")
     data = secret["data"]["kubeconfig"]
     assert data not in str(rsp)
@@ -417,81 +647,9 @@ def test_kubeconfig_never_leaves_the_request() -> None:
 # --- bad input ------------------------------------------------------------------------
 
 
-def without(kind: str, name: str, docs: list[dict]) -> list[dict]:
-    return [d for d in docs if not (d["kind"] == kind and d["metadata"]["name"] == name)]
-
-
-def no_provisioning(docs: list[dict], name: str, field: str | None = None) -> list[dict]:
-    out = copy.deepcopy(docs)
-    for doc in out:
-        if doc["kind"] == "InferenceClass" and doc["metadata"]["name"] == name:
-            if field:
-                doc["spec"]["provisioning"]["coreweave"].pop(field)
-            else:
-                doc["spec"].pop("provisioning")
-    return out
-
-
-@pytest.mark.parametrize(
-    ("scenario", "required", "message"),
-    [
-        (
-            COREWEAVE,
-            without("InferenceClass", "cpu-genoa", COREWEAVE.required),
-            'node pool "cpu": InferenceClass "cpu-genoa" not found',
-        ),
-        (
-            COREWEAVE,
-            no_provisioning(COREWEAVE.required, "cpu-genoa"),
-            'node pool "cpu": InferenceClass "cpu-genoa" has no CoreWeave provisioning '
-            "(spec.provisioning.coreweave)",
-        ),
-        (
-            COREWEAVE,
-            no_provisioning(COREWEAVE.required, "nvidia-h100-8x", "acceleratorType"),
-            'node pool "h100": InferenceClass "nvidia-h100-8x" has GPU devices but no '
-            "spec.provisioning.coreweave.acceleratorType",
-        ),
-        (
-            EXISTING,
-            without("Secret", "lab-l40s-kubeconfig", EXISTING.required),
-            'kubeconfig Secret "plnt-system/lab-l40s-kubeconfig" not found',
-        ),
-        (
-            EXISTING,
-            [
-                changed(d, lambda s: s.update(data={"config": "eA=="}))
-                if d["kind"] == "Secret"
-                else d
-                for d in EXISTING.required
-            ],
-            'kubeconfig Secret "plnt-system/lab-l40s-kubeconfig" has no key "kubeconfig"',
-        ),
-        (
-            EXISTING,
-            [
-                changed(d, lambda c: c["spec"]["devices"][0].pop("deviceClassName"))
-                if d["kind"] == "InferenceClass"
-                else d
-                for d in EXISTING.required
-            ],
-            'node pool "l40s": InferenceClass "nvidia-l40s-4x" is invalid '
-            "(spec.devices[0].deviceClassName: required when claim is DRA)",
-        ),
-    ],
-    ids=[
-        "missing-class",
-        "no-coreweave-provisioning",
-        "gpu-without-accelerator",
-        "missing-secret",
-        "secret-without-key",
-        "invalid-class",
-    ],
-)
-def test_bad_input_composes_nothing_and_names_the_missing_thing(
-    scenario: render.Scenario, required: list[dict], message: str
-) -> None:
-    rsp = run(scenario.xr, required)
+@pytest.mark.parametrize(("name", "message"), [(name, msg) for name, _, _, msg in BAD_INPUT])
+def test_bad_input_composes_nothing_and_names_the_missing_thing(name: str, message: str) -> None:
+    rsp = response(name)
     assert composed(rsp) == {}
     assert rsp.desired.composite.ready == fnv1.READY_FALSE
     provisioned = condition(rsp, "Provisioned")
@@ -506,8 +664,7 @@ def test_bad_input_composes_nothing_and_names_the_missing_thing(
 
 def test_bad_input_keeps_what_exists_and_adds_nothing() -> None:
     observed = ready_observed(drop=("release-kgateway", "object-gateway"))
-    required = without("InferenceClass", "cpu-genoa", READY.required)
-    rsp = run(READY.xr, required, observed)
+    rsp = response("bad-input-keeps-what-exists")
     resources = composed(rsp)
     assert set(resources) == EVERYTHING - {"release-kgateway", "object-gateway"}
     for obj in observed:
@@ -519,39 +676,16 @@ def test_bad_input_keeps_what_exists_and_adds_nothing() -> None:
 
 
 def test_fixing_the_input_composes_the_whole_cluster_at_once() -> None:
-    broken = run(COREWEAVE.xr, without("InferenceClass", "cpu-genoa", COREWEAVE.required))
+    broken = response("bad-missing-class")
     assert composed(broken) == {}
-    fixed = composed(run(COREWEAVE.xr, COREWEAVE.required))
+    fixed = composed(response("coreweave"))
     assert set(fixed) == TIER_ONE
     assert [p["name"] for p in fixed["coreweavecluster"]["spec"]["nodePools"]] == ["h100", "cpu"]
 
 
-@pytest.mark.parametrize(
-    ("change", "error"),
-    [
-        (
-            lambda x: x["spec"]["cluster"].pop("coreweave"),
-            "invalid input: spec.cluster.coreweave: required when source is CoreWeave",
-        ),
-        (
-            lambda x: x["spec"]["nodePools"].append(dict(x["spec"]["nodePools"][0])),
-            "invalid input: spec.nodePools[2].name: duplicate node pool name 'h100'",
-        ),
-        (
-            lambda x: x["spec"]["nodePools"][0].update(minNodeCount=5),
-            "invalid input: spec.nodePools[0].minNodeCount: "
-            "minNodeCount must not exceed maxNodeCount",
-        ),
-        (
-            lambda x: x["metadata"].update(name="c" * 41),
-            "invalid input: metadata.name: must be at most 40 characters: it names the "
-            "CoreWeaveCluster, the ProviderConfigs and the Releases, and labels what they compose",
-        ),
-    ],
-    ids=["no-coreweave-block", "duplicate-pool", "min-above-max", "long-name"],
-)
-def test_invalid_spec_is_fatal_naming_the_field(change, error: str) -> None:
-    rsp = run(changed(COREWEAVE.xr, change), COREWEAVE.required)
+@pytest.mark.parametrize(("name", "error"), [(name, error) for name, _, error in INVALID])
+def test_invalid_spec_is_fatal_naming_the_field(name: str, error: str) -> None:
+    rsp = response(name)
     assert [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL] == [error]
     assert composed(rsp) == {}
 
@@ -559,10 +693,7 @@ def test_invalid_spec_is_fatal_naming_the_field(change, error: str) -> None:
 def test_a_class_edited_under_a_running_pool_keeps_the_pools_instance_type() -> None:
     """CKS can't change a pool's instance type and the CoreWeaveCluster refuses the change at
     admission (seed 004): the InferenceCluster keeps the pool as it runs and says what to do."""
-    required = copy.deepcopy(READY.required)
-    h100 = next(o for o in required if o["metadata"]["name"] == "nvidia-h100-8x")
-    h100["spec"]["provisioning"]["coreweave"]["instanceType"] = "gd-8xb200ib-i128"
-    rsp = run(READY.xr, required, ready_observed())
+    rsp = response("instance-type-held")
     pools = {p["name"]: p for p in composed(rsp)["coreweavecluster"]["spec"]["nodePools"]}
     assert pools["h100"]["instanceType"] == "gd-8xh100ib-i128"
     assert pools["cpu"]["instanceType"] == "cd-gp-a192-genoa"
@@ -577,11 +708,9 @@ def test_a_class_edited_under_a_running_pool_keeps_the_pools_instance_type() -> 
     warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
     assert warnings == [cond.message]
     # a new pool of that class under a new name gets the new type
-    xr = copy.deepcopy(READY.xr)
-    xr["spec"]["nodePools"].append({**xr["spec"]["nodePools"][0], "name": "b200"})
     pools = {
         p["name"]: p["instanceType"]
-        for p in composed(run(xr, required, ready_observed()))["coreweavecluster"]["spec"][
+        for p in composed(response("instance-type-new-pool"))["coreweavecluster"]["spec"][
             "nodePools"
         ]
     }
@@ -619,22 +748,9 @@ def test_the_inferencepool_crd_is_the_vendored_file_without_descriptions() -> No
 # --- what the replicas of one namespace share ------------------------------------------------
 
 
-def _observed_as_ready(rsp: fnv1.RunFunctionResponse, names: set[str]) -> list[dict]:
-    """The named desired resources as provider-kubernetes would show them once Ready."""
-    out = []
-    for name in sorted(names):
-        obj = composed(rsp)[name]
-        obj["metadata"]["annotations"] = {xp.COMPOSITION_RESOURCE_NAME: name}
-        obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
-        out.append(obj)
-    return out
-
-
 def test_each_published_namespace_gets_its_shared_objects_once_listed_when_in_place() -> None:
-    xr = copy.deepcopy(READY.xr)
-    xr["metadata"]["annotations"] = {"plnt.work/tenant-namespaces": "ml-team,team-b,Not_A_Name"}
-    rsp = run(xr, READY.required, ready_observed())
-    shared = {n for n in composed(rsp) if n.startswith(("tenant-", "endpoint-picker"))}
+    rsp = response("tenants-published")
+    shared = set(filter(is_shared, composed(rsp)))
     assert shared == {
         "endpoint-picker-clusterrole",
         *(f"tenant-{ns}-{part}" for ns in ("ml-team", "team-b") for part in tenants.PARTS),
@@ -662,24 +778,15 @@ def test_each_published_namespace_gets_its_shared_objects_once_listed_when_in_pl
     }
     assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in role["rules"])
 
-    in_place = shared - {"tenant-team-b-rolebinding"}
-    rsp = run(xr, READY.required, [*ready_observed(), *_observed_as_ready(rsp, in_place)])
-    assert status(rsp)["namespaces"] == ["ml-team"]
+    # all but team-b's RoleBinding in place (tenants-in-place-but-one)
+    assert status(response("tenants-in-place-but-one"))["namespaces"] == ["ml-team"]
 
 
 def test_a_namespace_no_longer_published_loses_its_shared_objects() -> None:
-    xr = copy.deepcopy(READY.xr)
-    xr["metadata"]["annotations"] = {"plnt.work/tenant-namespaces": "ml-team,team-b"}
-    first = run(xr, READY.required, ready_observed())
-    observed = [
-        *ready_observed(),
-        *_observed_as_ready(first, {n for n in composed(first) if n.startswith("tenant-")}),
-    ]
-    xr["metadata"]["annotations"] = {"plnt.work/tenant-namespaces": "team-b"}
-    rsp = run(xr, READY.required, observed)
+    # ml-team and team-b were published and their objects are in place; now only team-b is
+    rsp = response("tenant-unpublished")
     assert not any(n.startswith("tenant-ml-team-") for n in composed(rsp))
     assert "tenant-team-b-serviceaccount" in composed(rsp)
-    xr["metadata"]["annotations"] = {"plnt.work/tenant-namespaces": ""}
-    rsp = run(xr, READY.required, observed)
+    rsp = response("tenants-none-published")
     assert not any(n.startswith(("tenant-", "endpoint-picker")) for n in composed(rsp))
     assert status(rsp)["namespaces"] == []
