@@ -41,6 +41,7 @@ MODULES = (
     "tests.functions.test_model_service",
     "tests.functions.test_inference_cluster",
     "tests.functions.test_workflow_run",
+    "tests.functions.test_model_deployment",
 )
 
 
