@@ -1,9 +1,13 @@
-"""The ModelDeployment function end to end through `plnt render`: placement, pins, status."""
+"""The ModelDeployment function end to end through `plnt render`: placement, pins, status.
+
+Each case's whole response is in tests/functions/responses/model_deployment/; the tests named for
+a rule read the field it is about.
+"""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
+import functools
 import json
 import pathlib
 from typing import Any
@@ -105,14 +109,128 @@ def qwen3_case(
     return tables.Case(name, observing(xr, observed), tuple(required))
 
 
-def qwen3_applied() -> list[dict[str, Any]]:
-    """What Crossplane observes once the example's first render is applied and ready."""
-    return as_observed(render.render(scenario("deploy-qwen3-8b")).composed)
-
-
 def invalid_selector(spec: dict[str, Any]) -> None:
     devices = spec["engines"][0]["members"][0]["nodeSelector"]["devices"]
     devices[0]["selectors"] = [{"cel": "device.attributes[ == "}]
+
+
+@functools.cache
+def qwen3_first() -> render.Rendered:
+    return render.render(scenario("deploy-qwen3-8b"))
+
+
+def qwen3_applied(ready: bool = True) -> list[dict[str, Any]]:
+    """What Crossplane observes once the example's first render is applied."""
+    return as_observed(qwen3_first().composed, ready)
+
+
+def _with_workloads_reason(
+    observed: list[dict[str, Any]], reasons: dict[int, tuple[bool, str]]
+) -> list[dict[str, Any]]:
+    """`observed` with the i-th ModelReplica (by name) Ready or not, with that WorkloadsReady."""
+    replicas = sorted(
+        (o for o in observed if o["kind"] == "ModelReplica"), key=lambda o: o["metadata"]["name"]
+    )
+    for i, (ready, reason) in reasons.items():
+        replicas[i]["status"]["conditions"] = [
+            {"type": "Ready", "status": str(ready)},
+            {"type": "WorkloadsReady", "status": str(ready), "reason": reason},
+        ]
+    return observed
+
+
+# ReplicasReady, the i-th replica Ready or not with that WorkloadsReady reason:
+# (reasons, status, reason, message of the replicas' names in order)
+PULLING = [
+    pytest.param(
+        {0: (False, "PullingWeights")},
+        "False",
+        "PullingWeights",
+        "0 of 3 replicas ready; pulling weights: {0}",
+        id="one-pulling",
+    ),
+    pytest.param(
+        {0: (True, "Available"), 1: (False, "PullingWeights"), 2: (False, "PullingWeights")},
+        "False",
+        "PullingWeights",
+        "1 of 3 replicas ready; pulling weights: {1}, {2}",
+        id="two-pulling-one-ready",
+    ),
+    pytest.param(
+        {0: (False, "Waiting")},
+        "False",
+        "Waiting",
+        "0 of 3 replicas ready",
+        id="none-pulling",
+    ),
+    pytest.param(
+        {0: (False, "Starting"), 1: (False, "Starting"), 2: (False, "Starting")},
+        "False",
+        "Starting",
+        "0 of 3 replicas ready; engines starting: {0}, {1}, {2}",
+        id="all-starting",
+    ),
+    pytest.param(
+        {0: (False, "Starting"), 1: (False, "Waiting"), 2: (True, "Available")},
+        "False",
+        "Waiting",
+        "1 of 3 replicas ready",
+        id="one-starting-one-not-yet",
+    ),
+    pytest.param(
+        {0: (False, "Starting"), 1: (False, "PullingWeights"), 2: (False, "Starting")},
+        "False",
+        "PullingWeights",
+        "0 of 3 replicas ready; pulling weights: {1}",
+        id="pulling-wins-over-starting",
+    ),
+    pytest.param(
+        {0: (True, "PullingWeights")},  # a stale reason on a Ready replica is not pulling
+        "False",
+        "Waiting",
+        "1 of 3 replicas ready",
+        id="ready-replica-ignored",
+    ),
+]
+STATUS = {"True": fnv1.STATUS_CONDITION_TRUE, "False": fnv1.STATUS_CONDITION_FALSE}
+
+
+def _answered(objs: list[dict[str, Any]], answer: dict[str, dict[str, str]]) -> list[dict]:
+    """Observed replicas with the binder's annotations, by replica name."""
+    out = as_observed(objs)
+    for obj in out:
+        obj["metadata"].setdefault("annotations", {}).update(
+            answer.get(obj["metadata"]["name"], {})
+        )
+    return out
+
+
+def binder_answers() -> dict[str, dict[str, str]]:
+    """The binder committing each replica of the example's first render."""
+    replicas = of_kind(qwen3_first(), "ModelReplica")
+    return {n: {binding.BINDING: binder_annotation(o)} for n, o in replicas.items()}
+
+
+def lost_on_lab_l4() -> str:
+    replicas = of_kind(qwen3_first(), "ModelReplica")
+    return next(n for n, o in replicas.items() if o["spec"]["clusterName"] == "lab-l4")
+
+
+def refused_on_lab_l4() -> dict[str, dict[str, str]]:
+    lost = lost_on_lab_l4()
+    state = binding.state_of(of_kind(qwen3_first(), "ModelReplica")[lost])
+    answers = binder_answers()
+    answers[lost] = {
+        binding.REFUSED: binding.refusal_json(state.digest, "pool l4: not enough free gpu")
+    }
+    return answers
+
+
+def over_committed_first() -> dict[str, dict[str, str]]:
+    answers = binder_answers()
+    victim = sorted(answers)[0]
+    answers[victim][binding.OVER_COMMITTED] = "pool h100: 1 of its 1 pods no longer fit"
+    return answers
 
 
 QWEN3 = scenario("deploy-qwen3-8b").xr
@@ -155,6 +273,22 @@ TABLE = tables.Table(
                     }
                 )
             ),
+        ),
+        qwen3_case("twenty-replicas", qwen3_with(lambda s: s.update(replicas=20))),
+        *(
+            qwen3_case(
+                f"pulling-{case.id}",
+                QWEN3,
+                _with_workloads_reason(qwen3_applied(ready=False), case.values[0]),
+            )
+            for case in PULLING
+        ),
+        qwen3_case("binder-committed", QWEN3, _answered(qwen3_first().composed, binder_answers())),
+        qwen3_case("binder-refused", QWEN3, _answered(qwen3_first().composed, refused_on_lab_l4())),
+        qwen3_case(
+            "binder-over-committed",
+            QWEN3,
+            _answered(qwen3_first().composed, over_committed_first()),
         ),
     ),
 )
@@ -401,95 +535,22 @@ def test_fleet_objects_are_read_through_their_shapes() -> None:
     assert reading.read(s, reading.CLUSTER)["spec"] == {"nodePools": cluster["spec"]["nodePools"]}
 
 
-def _with_workloads_reason(
-    observed: list[dict[str, Any]], reasons: dict[int, tuple[bool, str]]
-) -> list[dict[str, Any]]:
-    """`observed` with the i-th ModelReplica (by name) Ready or not, with that WorkloadsReady."""
-    replicas = sorted(
-        (o for o in observed if o["kind"] == "ModelReplica"), key=lambda o: o["metadata"]["name"]
-    )
-    for i, (ready, reason) in reasons.items():
-        replicas[i]["status"]["conditions"] = [
-            {"type": "Ready", "status": str(ready)},
-            {"type": "WorkloadsReady", "status": str(ready), "reason": reason},
-        ]
-    return observed
-
-
-@pytest.mark.parametrize(
-    ("reasons", "status", "reason", "message"),
-    [
-        pytest.param(
-            {0: (False, "PullingWeights")},
-            "False",
-            "PullingWeights",
-            "0 of 3 replicas ready; pulling weights: {0}",
-            id="one-pulling",
-        ),
-        pytest.param(
-            {0: (True, "Available"), 1: (False, "PullingWeights"), 2: (False, "PullingWeights")},
-            "False",
-            "PullingWeights",
-            "1 of 3 replicas ready; pulling weights: {1}, {2}",
-            id="two-pulling-one-ready",
-        ),
-        pytest.param(
-            {0: (False, "Waiting")},
-            "False",
-            "Waiting",
-            "0 of 3 replicas ready",
-            id="none-pulling",
-        ),
-        pytest.param(
-            {0: (False, "Starting"), 1: (False, "Starting"), 2: (False, "Starting")},
-            "False",
-            "Starting",
-            "0 of 3 replicas ready; engines starting: {0}, {1}, {2}",
-            id="all-starting",
-        ),
-        pytest.param(
-            {0: (False, "Starting"), 1: (False, "Waiting"), 2: (True, "Available")},
-            "False",
-            "Waiting",
-            "1 of 3 replicas ready",
-            id="one-starting-one-not-yet",
-        ),
-        pytest.param(
-            {0: (False, "Starting"), 1: (False, "PullingWeights"), 2: (False, "Starting")},
-            "False",
-            "PullingWeights",
-            "0 of 3 replicas ready; pulling weights: {1}",
-            id="pulling-wins-over-starting",
-        ),
-        pytest.param(
-            {0: (True, "PullingWeights")},  # a stale reason on a Ready replica is not pulling
-            "False",
-            "Waiting",
-            "1 of 3 replicas ready",
-            id="ready-replica-ignored",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("reasons", "status", "reason", "message"), PULLING)
 def test_replicas_ready_says_pulling_weights_when_a_replica_does(
     reasons: dict[int, tuple[bool, str]], status: str, reason: str, message: str
 ) -> None:
-    first = render.render(scenario("deploy-qwen3-8b"))
-    names = sorted(of_kind(first, "ModelReplica"))
-    observed = _with_workloads_reason(as_observed(first.composed, ready=False), reasons)
-    out = run(scenario("deploy-qwen3-8b").xr, observed)
-    ready = condition(out, "ReplicasReady")
-    assert (ready["status"], ready["reason"]) == (status, reason)
-    assert ready["message"] == message.format(*names)
+    names = sorted(of_kind(qwen3_first(), "ModelReplica"))
+    (case,) = [c for c in PULLING if c.values[0] is reasons]
+    ready = condition_of(response(f"pulling-{case.id}"), "ReplicasReady")
+    assert (ready.status, ready.reason) == (STATUS[status], reason)
+    assert ready.message == message.format(*names)
 
 
 def test_one_gpu_replicas_share_eight_gpu_nodes_in_render() -> None:
     """20 one-GPU replicas fit the example fleet (4 L4 nodes, 2 x 8 L40S, and 4 x 8
     H100 less the research team's whole node); counted in nodes only 9 would."""
-    base = scenario("deploy-qwen3-8b")
-    xr = copy.deepcopy(base.xr)
-    xr["spec"]["replicas"] = 20
-    out = render.render(dataclasses.replace(base, xr=xr))
-    replicas = of_kind(out, "ModelReplica")
+    rsp = response("twenty-replicas")
+    replicas = composed(rsp, "ModelReplica")
     assert len(replicas) == 20
     by_cluster: dict[str, int] = {}
     for r in replicas.values():
@@ -498,20 +559,10 @@ def test_one_gpu_replicas_share_eight_gpu_nodes_in_render() -> None:
         assert list(demand.values()) == [[[1, {"device:gpu": 1}, False]]]
     assert by_cluster["lab-l4"] == 4  # one L4 per node
     assert by_cluster["coreweave-h100"] + by_cluster["coreweave-l40s"] == 16  # shared nodes
-    assert condition(out, "ReplicasScheduled")["status"] == "True"
+    assert condition_of(rsp, "ReplicasScheduled").status == fnv1.STATUS_CONDITION_TRUE
 
 
 # --- the binder's answers on the ModelDeployment ---------------------------------------------
-
-
-def _answered(objs: list[dict[str, Any]], answer: dict[str, dict[str, str]]) -> list[dict]:
-    """Observed replicas with the binder's annotations, by replica name."""
-    out = as_observed(objs)
-    for obj in out:
-        obj["metadata"].setdefault("annotations", {}).update(
-            answer.get(obj["metadata"]["name"], {})
-        )
-    return out
 
 
 def test_new_replicas_are_proposals_until_the_binder_commits_them() -> None:
@@ -521,50 +572,34 @@ def test_new_replicas_are_proposals_until_the_binder_commits_them() -> None:
     assert cond["message"] == "bound 0 of 3 replicas; awaiting the binder: 3 new"
     assert condition(out, "Ready")["status"] == "False"
 
-    first = of_kind(out, "ModelReplica")
-    answers = {n: {binding.BINDING: binder_annotation(o)} for n, o in first.items()}
-    second = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
-    cond = condition(second, "ReplicasBound")
-    assert (cond["status"], cond["reason"], cond["message"]) == (
-        "True",
+    cond = condition_of(response("binder-committed"), "ReplicasBound")
+    assert (cond.status, cond.reason, cond.message) == (
+        fnv1.STATUS_CONDITION_TRUE,
         "Bound",
         "bound 3 of 3 replicas",
     )
 
 
 def test_a_refused_replica_is_released_placed_again_and_the_refusal_stays_loud() -> None:
-    out = render.render(scenario("deploy-qwen3-8b"))
-    replicas = of_kind(out, "ModelReplica")
-    lost = next(n for n, o in replicas.items() if o["spec"]["clusterName"] == "lab-l4")
-    answers = {n: {binding.BINDING: binder_annotation(o)} for n, o in replicas.items() if n != lost}
-    state = binding.state_of(replicas[lost])
-    answers[lost] = {
-        binding.REFUSED: binding.refusal_json(state.digest, "pool l4: not enough free gpu")
-    }
-    again = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
-    now = of_kind(again, "ModelReplica")
+    lost = lost_on_lab_l4()
+    rsp = response("binder-refused")
+    now = composed(rsp, "ModelReplica")
     assert lost not in now  # released
     assert len(now) == 3  # and another placed in its stead
-    cond = condition(again, "ReplicasBound")
-    assert cond["reason"] == "BindingRefused"
-    assert f"{lost} on lab-l4: pool l4: not enough free gpu" in cond["message"]
-    assert (
-        f"{lost} released (the binder refused it: pool l4: not enough free gpu)"
-        in (condition(again, "ReplicasScheduled")["message"])
-    )
+    cond = condition_of(rsp, "ReplicasBound")
+    assert cond.reason == "BindingRefused"
+    assert f"{lost} on lab-l4: pool l4: not enough free gpu" in cond.message
+    scheduled = condition_of(rsp, "ReplicasScheduled").message
+    assert f"{lost} released (the binder refused it: pool l4: not enough free gpu)" in scheduled
 
 
 def test_an_over_committed_replica_is_reported_on_its_deployment() -> None:
-    out = render.render(scenario("deploy-qwen3-8b"))
-    replicas = of_kind(out, "ModelReplica")
-    answers = {n: {binding.BINDING: binder_annotation(o)} for n, o in replicas.items()}
-    victim = sorted(replicas)[0]
-    answers[victim][binding.OVER_COMMITTED] = "pool h100: 1 of its 1 pods no longer fit"
-    again = run(scenario("deploy-qwen3-8b").xr, _answered(out.composed, answers))
-    cond = condition(again, "ReplicasBound")
-    assert (cond["status"], cond["reason"]) == ("False", "OverCommitted")
-    assert f"{victim}: pool h100: 1 of its 1 pods no longer fit" in cond["message"]
-    assert victim in of_kind(again, "ModelReplica")  # reported, not evicted
+    victim = sorted(binder_answers())[0]
+    rsp = response("binder-over-committed")
+    cond = condition_of(rsp, "ReplicasBound")
+    assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, "OverCommitted")
+    assert f"{victim}: pool h100: 1 of its 1 pods no longer fit" in cond.message
+    assert victim in composed(rsp, "ModelReplica")  # reported, not evicted
 
 
 def test_report_of_a_first_rollout_awaiting_its_verdict() -> None:
