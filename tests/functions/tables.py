@@ -42,6 +42,7 @@ MODULES = (
     "tests.functions.test_inference_cluster",
     "tests.functions.test_workflow_run",
     "tests.functions.test_model_deployment",
+    "tests.functions.test_model_deployment_canary",
 )
 
 

@@ -1,26 +1,39 @@
-"""Revisions in ModelDeployment: canary start, promotion, rollback, roll-through, supersession."""
+"""Revisions in ModelDeployment: canary start, promotion, rollback, roll-through, supersession.
+
+Each canary- case's whole response is in tests/functions/responses/model_deployment/, beside
+test_model_deployment's; the tests named for a rule read the field it is about.
+"""
 
 from __future__ import annotations
 
 import copy
+import functools
 from collections import Counter
 from typing import Any
 
 import pytest
 import yaml
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_deployment import revisions
+from plnt import xp
 from plnt.models.model_deployment import ModelDeploymentSpec
 from plnt.revision import revision
 from plnt_host import render
+from tests.functions import tables
 from tests.functions.test_model_deployment import (
+    FLEET,
     SCHEDULE_ONLY,
     as_observed,
+    composed,
     condition,
+    condition_of,
     of_kind,
     run,
+    run_function_at_now,
     scenario,
 )
+from tests.support import request as observing
 
 GATE_FIGURES = {
     "reason": "p95 TTFT 412.0 ms over the 250 ms budget",
@@ -52,14 +65,19 @@ def by_revision(out: render.Rendered, kind: str = "ModelReplica") -> Counter[str
     )
 
 
-@pytest.fixture
-def stable() -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+@functools.cache
+def stable_state() -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     """Revision A running 4 replicas, all Ready, remembered in the XR status."""
     xr = deployment()
     out = run(xr)
     rev = revision(xr["spec"])
     assert by_revision(out) == {rev: 4}
     return xr, as_observed(out.composed), rev
+
+
+@pytest.fixture
+def stable() -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    return copy.deepcopy(stable_state())
 
 
 def with_status(xr: dict[str, Any], **status: Any) -> dict[str, Any]:
@@ -76,49 +94,112 @@ def start_canary(stable) -> tuple[dict[str, Any], list[dict[str, Any]], str, str
     return changed, observed + as_observed(out.composed), rev_a, rev_b
 
 
-def test_a_change_starts_canary_replicas_beside_the_stable_ones(stable) -> None:
-    _, observed, rev_a = stable
-    changed = deployment(flag="--enable-prefix-caching")
-    rev_b = revision(changed["spec"])
-    out = run(with_status(changed, revisions={"stable": rev_a}), observed)
-    assert by_revision(out) == {rev_a: 4, rev_b: 1}  # ceil(4 x 25%) = 1
-    assert by_revision(out, "ModelEndpoint") == {rev_a: 4, rev_b: 1}
-    status = out.xr["status"]
+# --- the cases: a canary started from revision A, and what the gate says of it ----------------
+
+
+def canary_case(name: str, xr: dict[str, Any], observed: list[dict[str, Any]]) -> tables.Case:
+    return tables.Case(f"canary-{name}", observing(xr, observed), tuple(FLEET))
+
+
+def changed_from_stable(**changes: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Revision A's observed replicas under a changed spec (`deployment`'s keywords)."""
+    _, observed, rev_a = copy.deepcopy(stable_state())
+    return with_status(deployment(**changes), revisions={"stable": rev_a}), observed
+
+
+def under_test(
+    gate_revision: str | None = None, verdict: str = "Pass", newer: str = ""
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Revision B under test beside A: its gate's verdict (for B unless `gate_revision`), or
+    a `newer` spec's flag superseding it."""
+    changed, observed, rev_a, rev_b = start_canary(copy.deepcopy(stable_state()))
+    status: dict[str, Any] = {"revisions": {"stable": rev_a, "canary": rev_b}}
+    if gate_revision is not None:
+        gate = {"verdict": verdict, "revision": gate_revision or rev_b, **GATE_FIGURES}
+        status["canary"] = {"gate": gate}
+    return with_status(deployment(flag=newer) if newer else changed, **status), observed
+
+
+def canary_example() -> tables.Case:
+    s = scenario("deploy-canary")
+    return tables.Case("canary-example", observing(s.xr, s.observed), tuple(s.required))
+
+
+TABLE = tables.Table(
+    "model_deployment",
+    run_function_at_now,
+    (
+        canary_case("started", *changed_from_stable(flag="--enable-prefix-caching")),
+        canary_case(
+            "stable-from-labels",
+            deployment(flag="--x"),  # no status: the XR was just restored
+            copy.deepcopy(stable_state()[1]),
+        ),
+        canary_case("passed", *under_test("")),
+        canary_case("failed", *under_test("", "Fail")),
+        canary_case("verdict-for-another-revision", *under_test("0000000000")),
+        canary_case("superseded", *under_test(newer="--max-num-seqs=128")),
+        canary_case(
+            "off-rolls-through",
+            *changed_from_stable(canary=False, flag="--enable-prefix-caching"),
+        ),
+        canary_example(),
+    ),
+)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+def response(name: str) -> fnv1.RunFunctionResponse:
+    return TABLE.response(CASES[f"canary-{name}"])
+
+
+def status_of(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
+    return xp.to_dict(rsp.desired.composite.resource)["status"]
+
+
+def revisions_of(rsp: fnv1.RunFunctionResponse, kind: str = "ModelReplica") -> Counter[str]:
+    return Counter(
+        o["metadata"]["labels"]["modelplane.ai/revision"] for o in composed(rsp, kind).values()
+    )
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
+
+
+def test_a_change_starts_canary_replicas_beside_the_stable_ones() -> None:
+    rev_a = stable_state()[2]
+    rev_b = revision(deployment(flag="--enable-prefix-caching")["spec"])
+    rsp = response("started")
+    assert revisions_of(rsp) == {rev_a: 4, rev_b: 1}  # ceil(4 x 25%) = 1
+    assert revisions_of(rsp, "ModelEndpoint") == {rev_a: 4, rev_b: 1}
+    status = status_of(rsp)
     assert status["revisions"] == {"stable": rev_a, "canary": rev_b}
-    assert status["canary"] == {
-        "revision": rev_b,
-        "trafficPercent": 25,
-        "replicas": 1,
-        "mode": "Canary",
-        "readyReplicas": 0,
-        "readiness": "Waiting",
-    }
-    assert status["replicas"]["total"] == 4
-    cond = condition(out, "Canary")
-    assert (cond["status"], cond["reason"]) == ("False", "AwaitingVerdict")
+    assert (status["canary"]["replicas"], status["canary"]["mode"]) == (1, "Canary")
+    cond = condition_of(rsp, "Canary")
+    assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingVerdict")
 
 
-def test_the_stable_revision_falls_back_to_observed_labels(stable) -> None:
-    _, observed, rev_a = stable
-    out = run(deployment(flag="--x"), observed)  # no status: the XR was just restored
-    assert out.xr["status"]["revisions"]["stable"] == rev_a
-    assert by_revision(out)[rev_a] == 4
+def test_the_stable_revision_falls_back_to_observed_labels() -> None:
+    rev_a = stable_state()[2]
+    rsp = response("stable-from-labels")
+    assert status_of(rsp)["revisions"]["stable"] == rev_a
+    assert revisions_of(rsp)[rev_a] == 4
 
 
 def test_pass_promotes_the_canary(stable) -> None:
-    changed, observed, rev_a, rev_b = start_canary(stable)
-    gate = {"verdict": "Pass", "revision": rev_b, **GATE_FIGURES}
-    xr = with_status(changed, revisions={"stable": rev_a, "canary": rev_b}, canary={"gate": gate})
-    out = run(xr, observed)
-    assert by_revision(out) == {rev_b: 4}
-    assert by_revision(out, "ModelEndpoint") == {rev_b: 4}
+    _, observed, _, rev_b = start_canary(stable)
+    rsp = response("passed")
+    assert revisions_of(rsp) == {rev_b: 4}
+    assert revisions_of(rsp, "ModelEndpoint") == {rev_b: 4}
     canary_replica = next(
         o for o in observed if o["metadata"]["labels"]["modelplane.ai/revision"] == rev_b
     )
-    assert canary_replica["metadata"]["name"] in of_kind(out, "ModelReplica")  # kept, not remade
-    assert out.xr["status"]["revisions"] == {"stable": rev_b}
-    cond = condition(out, "Canary")
-    assert (cond["status"], cond["reason"]) == ("True", "Promoted")
+    assert canary_replica["metadata"]["name"] in composed(rsp, "ModelReplica")  # kept, not remade
+    assert status_of(rsp)["revisions"] == {"stable": rev_b}
+    cond = condition_of(rsp, "Canary")
+    assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_TRUE, "Promoted")
 
 
 def test_the_mode_stays_beside_the_verdict_once_steady(stable) -> None:
@@ -166,11 +247,8 @@ def test_fail_rolls_back_and_says_why(stable) -> None:
 
 
 def test_a_verdict_for_another_revision_is_ignored(stable) -> None:
-    changed, observed, rev_a, rev_b = start_canary(stable)
-    gate = {"verdict": "Pass", "revision": "0000000000", **GATE_FIGURES}
-    xr = with_status(changed, revisions={"stable": rev_a, "canary": rev_b}, canary={"gate": gate})
-    out = run(xr, observed)
-    assert by_revision(out) == {rev_a: 4, rev_b: 1}
+    _, _, rev_a, rev_b = start_canary(stable)
+    assert revisions_of(response("verdict-for-another-revision")) == {rev_a: 4, rev_b: 1}
 
 
 def test_the_verdict_may_come_through_the_pipeline_context(stable) -> None:
@@ -186,22 +264,19 @@ def test_the_verdict_may_come_through_the_pipeline_context(stable) -> None:
     assert by_revision(out) == {rev_b: 4}
 
 
-def test_a_change_during_a_canary_supersedes_it(stable) -> None:
-    _, observed, rev_a, rev_b = start_canary(stable)
-    newer = deployment(flag="--max-num-seqs=128")
-    rev_c = revision(newer["spec"])
-    out = run(with_status(newer, revisions={"stable": rev_a, "canary": rev_b}), observed)
-    assert by_revision(out) == {rev_a: 4, rev_c: 1}
-    assert out.xr["status"]["revisions"] == {"stable": rev_a, "canary": rev_c}
+def test_a_change_during_a_canary_supersedes_it() -> None:
+    rev_a = stable_state()[2]
+    rev_c = revision(deployment(flag="--max-num-seqs=128")["spec"])
+    rsp = response("superseded")
+    assert revisions_of(rsp) == {rev_a: 4, rev_c: 1}
+    assert status_of(rsp)["revisions"] == {"stable": rev_a, "canary": rev_c}
 
 
-def test_without_canary_a_change_rolls_straight_through(stable) -> None:
-    _, observed, rev_a = stable
-    changed = deployment(canary=False, flag="--enable-prefix-caching")
-    rev_b = revision(changed["spec"])
-    out = run(with_status(changed, revisions={"stable": rev_a}), observed)
-    assert by_revision(out) == {rev_b: 4}
-    assert out.xr["status"]["revisions"] == {"stable": rev_b}
+def test_without_canary_a_change_rolls_straight_through() -> None:
+    rev_b = revision(deployment(canary=False, flag="--enable-prefix-caching")["spec"])
+    rsp = response("off-rolls-through")
+    assert revisions_of(rsp) == {rev_b: 4}
+    assert status_of(rsp)["revisions"] == {"stable": rev_b}
 
 
 def test_scaling_and_placement_do_not_change_the_revision() -> None:
@@ -243,16 +318,17 @@ def test_revision_is_letters_only_and_ignores_key_order() -> None:
 
 def test_canary_example_spreads_the_canary_away_from_the_stable_replicas() -> None:
     s = scenario("deploy-canary")
-    out = render.render(s, catalogue=SCHEDULE_ONLY)
+    rsp = response("example")
+    status = status_of(rsp)
     stable, canary = s.xr["status"]["revisions"]["stable"], revision(s.xr["spec"])
     clusters = {
-        rev: sorted(p["cluster"] for p in out.xr["status"]["placements"] if p["revision"] == rev)
+        rev: sorted(p["cluster"] for p in status["placements"] if p["revision"] == rev)
         for rev in (stable, canary)
     }
     assert clusters == {stable: ["coreweave-h100", "lab-l4"], canary: ["coreweave-l40s"]}
-    cond = condition(out, "ReplicasScheduled")
-    assert cond["message"] == "canary: placed 1 of 1 replicas; stable: 2 of 2 kept"
-    assert out.xr["status"]["revisions"] == {"stable": stable, "canary": canary}
+    cond = condition_of(rsp, "ReplicasScheduled")
+    assert cond.message == "canary: placed 1 of 1 replicas; stable: 2 of 2 kept"
+    assert status["revisions"] == {"stable": stable, "canary": canary}
 
 
 def _mark(observed: list[dict[str, Any]], match, conditions: list[dict[str, str]]) -> None:
