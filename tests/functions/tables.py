@@ -43,6 +43,7 @@ MODULES = (
     "tests.functions.test_workflow_run",
     "tests.functions.test_model_deployment",
     "tests.functions.test_model_deployment_canary",
+    "tests.functions.test_model_deployment_unschedulable",
 )
 
 
