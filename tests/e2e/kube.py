@@ -370,7 +370,11 @@ class APIServer:
 
 
 def kubectl(
-    kubeconfig: pathlib.Path, *args: str, check: bool = True, stdin: str | None = None
+    kubeconfig: pathlib.Path,
+    *args: str,
+    check: bool = True,
+    stdin: str | None = None,
+    timeout: float = 120,
 ) -> str:
     """Runs the real kubectl against a kubeconfig; returns stdout (stderr in the error)."""
     proc = subprocess.run(
@@ -378,7 +382,7 @@ def kubectl(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
     if check and proc.returncode != 0:

@@ -666,8 +666,10 @@ class ControlPlane:
 
     # --- driving it -------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
-        return kube.kubectl(self.kubeconfig, *args, check=check, stdin=stdin)
+    def kubectl(
+        self, *args: str, check: bool = True, stdin: str | None = None, timeout: float = 120
+    ) -> str:
+        return kube.kubectl(self.kubeconfig, *args, check=check, stdin=stdin, timeout=timeout)
 
     def restart(self, name: str, *, kill: bool = True) -> None:
         """Kills (SIGKILL by default) and restarts one process: a function, crossplane,
