@@ -40,6 +40,7 @@ MODULES = (
     "tests.functions.test_model_cache",
     "tests.functions.test_model_service",
     "tests.functions.test_inference_cluster",
+    "tests.functions.test_model_replica",
 )
 
 
