@@ -41,6 +41,7 @@ MODULES = (
     "tests.functions.test_model_service",
     "tests.functions.test_inference_cluster",
     "tests.functions.test_model_replica",
+    "tests.functions.test_model_replica_weights",
 )
 
 
