@@ -42,6 +42,7 @@ MODULES = (
     "tests.functions.test_inference_cluster",
     "tests.functions.test_model_replica",
     "tests.functions.test_model_replica_weights",
+    "tests.functions.test_model_replica_unschedulable",
 )
 
 
