@@ -43,6 +43,7 @@ MODULES = (
     "tests.functions.test_model_replica",
     "tests.functions.test_model_replica_weights",
     "tests.functions.test_model_replica_unschedulable",
+    "tests.functions.test_model_replica_ledger",
     "tests.functions.test_canary_gate",
 )
 
