@@ -44,6 +44,11 @@ MODULES = (
     "tests.functions.test_model_deployment",
     "tests.functions.test_model_deployment_canary",
     "tests.functions.test_model_deployment_unschedulable",
+    "tests.functions.test_model_replica",
+    "tests.functions.test_model_replica_weights",
+    "tests.functions.test_model_replica_unschedulable",
+    "tests.functions.test_model_replica_ledger",
+    "tests.functions.test_canary_gate",
 )
 
 

@@ -8,18 +8,24 @@ above what a loopback server takes, so no test depends on how busy the machine i
 A smoke test spans calls: the first answers Measuring and starts it in the background, a call
 after it finished writes the verdict (`measured` below makes both calls and checks the first).
 Every test starts with an empty set of measurements, as a fresh function process would.
+
+The cases that measure nothing (skipped, waiting, carried, failed closed, idle) keep their whole
+response in tests/functions/responses/canary_gate/; the tests named for a rule read the field it
+is about. A measured response holds loopback ports and latencies, so those tests read fields.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import datetime
 import json
 import pathlib
 import socket
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import grpc
 import pytest
@@ -28,11 +34,12 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import json_format
 
-from functions.canary_gate import canary, fn, inflight
+from functions.canary_gate import canary, fn, inflight, measure
 from plnt import contracts, xp
 from plnt.capacity import binding
 from plnt.gate.fake_server import Behaviour, FakeServer
 from plnt_host import procs, render, runtime
+from tests.functions import tables
 from tests.support import binder_annotation, has_fatal, serve_in_thread
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -188,33 +195,153 @@ def closed_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+# --- the cases that measure nothing ---------------------------------------------------------
+
+# No case sends a prompt: this URL is never called (nothing listens on port 1 either).
+UNCALLED = "http://127.0.0.1:1"
+OBSERVED_PASS = {
+    "revision": CANARY,
+    "verdict": "Pass",
+    "reason": "all 3 prompts succeeded",
+    "ttftMs": {"p50": 120.5, "p95": 131.2},
+    "tpotMs": {"p50": 20.1, "p95": 20.9},
+    "budgets": {"ttftMs": 250, "tpotMs": 40},
+    "prompts": [],
+    "measuredAt": "2026-01-01T00:00:00Z",
+}
+NOON = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
+
+
+class _Noon(datetime.datetime):
+    @classmethod
+    def now(cls, tz: datetime.tzinfo | None = None) -> _Noon:
+        return cls.fromtimestamp(NOON.timestamp(), tz)
+
+
+def run_at_noon(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    """fn.run_function, a verdict made without measuring dated at NOON (measure's clock)."""
+    with mock.patch.object(measure, "datetime", _Noon):
+        return fn.run_function(req)
+
+
+def without_canary() -> fnv1.RunFunctionRequest:
+    composite = xr()
+    del composite["spec"]["canary"]
+    req = request(composite, canary_at(UNCALLED), desired_status={"replicas": 3})
+    req.desired.resources["replica-x"].resource.update({"kind": "ModelReplica"})
+    req.context.update({"other": "value"})
+    return req
+
+
+def two_replicas_desired() -> fnv1.RunFunctionRequest:
+    """The schedule step wants two canary replicas; only one exists so far."""
+    req = request(xr(), canary_at(UNCALLED))
+    req.desired.resources["replica-qwen3-8b-222222-1"].resource.update(replica("qwen3-8b-222222-1"))
+    req.desired.resources["replica-qwen3-8b-222222-0"].resource.update(replica("qwen3-8b-222222-0"))
+    req.desired.resources["endpoint-qwen3-8b-222222-0"].resource.update({"kind": "ModelEndpoint"})
+    return req
+
+
+def with_endpoint(**spec: Any) -> list[dict[str, Any]]:
+    observed = canary_at(UNCALLED)
+    observed[-1]["spec"].update(spec)
+    return observed
+
+
+def without_model_name() -> fnv1.RunFunctionRequest:
+    composite = xr()
+    container = composite["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
+    container["args"] = ["--max-model-len=32768"]
+    observed = canary_at(UNCALLED)
+    observed[1]["spec"]["engines"] = composite["spec"]["engines"]
+    return request(composite, observed)
+
+
+def deleting() -> dict[str, Any]:
+    composite = xr()
+    composite["metadata"]["deletionTimestamp"] = "2026-12-05T14:00:00Z"
+    return composite
+
+
+WAITS = {  # case: (what is observed, what the gate waits for)
+    "waiting-canary-replica-unready": (
+        [replica("qwen3-8b-222222-0", ready=False)],
+        "0 of 1 canary ModelReplicas ready",
+    ),
+    "waiting-no-canary-replica": (
+        [replica("qwen3-8b-111111-0", STABLE)],
+        "no canary ModelReplica yet",
+    ),
+    "waiting-no-canary-endpoint": ([replica("qwen3-8b-222222-0")], "no canary ModelEndpoint yet"),
+    "waiting-endpoint-but-replica-unready": (
+        canary_at(UNCALLED, ready=False),
+        "0 of 1 canary ModelReplicas ready",
+    ),
+}
+CARRIED_STATUS = {
+    "revisions": {"stable": STABLE, "canary": CANARY},
+    "canary": {"revision": CANARY, "gate": OBSERVED_PASS},
+}
+CONTEXT_FAIL = OBSERVED_PASS | {"verdict": "Fail", "reason": "p95 TTFT 400 ms > budget 250 ms"}
+PROMOTED = {"revisions": {"stable": CANARY}, "canary": {"gate": OBSERVED_PASS}}
+
+TABLE = tables.Table(
+    "canary_gate",
+    run_at_noon,
+    (
+        tables.Case("no-canary", without_canary()),
+        *(tables.Case(name, request(xr(), observed)) for name, (observed, _) in WAITS.items()),
+        tables.Case("waiting-desired-replica-not-observed", two_replicas_desired()),
+        tables.Case(
+            "waiting-api-key-secret",
+            request(xr(), with_endpoint(auth={"secretRef": {"name": "absent", "key": "token"}})),
+        ),
+        tables.Case("unknown-model-name", without_model_name()),
+        tables.Case(
+            "carried-observed-verdict", request(xr(status=CARRIED_STATUS), canary_at(UNCALLED))
+        ),
+        tables.Case(
+            "verdict-in-context",
+            request(xr(), canary_at(UNCALLED), context={contracts.VERDICT_CONTEXT: CONTEXT_FAIL}),
+        ),
+        tables.Case(
+            "previous-step-promoted",
+            request(xr(), canary_at(UNCALLED), desired_status=copy.deepcopy(PROMOTED)),
+        ),
+        tables.Case("idle", request(xr(status={"revisions": {"stable": STABLE}}))),
+        tables.Case("no-composite", fnv1.RunFunctionRequest()),
+        tables.Case("deleting", request(deleting(), canary_at(UNCALLED))),
+    ),
+)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+def response(name: str) -> fnv1.RunFunctionResponse:
+    return TABLE.response(CASES[name])
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
+    assert fn.MEASUREMENTS.started == 0
+
+
 # --- skip, wait -----------------------------------------------------------------------------
 
 
 def test_without_canary_the_desired_state_passes_through_unchanged() -> None:
-    composite = xr()
-    del composite["spec"]["canary"]
-    req = request(composite, canary_at("http://127.0.0.1:1"), desired_status={"replicas": 3})
-    req.desired.resources["replica-x"].resource.update({"kind": "ModelReplica"})
-    req.context.update({"other": "value"})
-    rsp = run(req)
+    req = CASES["no-canary"].request
+    rsp = response("no-canary")
     assert rsp.desired == req.desired
     assert rsp.context == req.context
     assert list(rsp.conditions) == []
     assert list(rsp.results) == []
 
 
-@pytest.mark.parametrize(
-    ("observed", "message"),
-    [
-        ([replica("qwen3-8b-222222-0", ready=False)], "0 of 1 canary ModelReplicas ready"),
-        ([replica("qwen3-8b-111111-0", STABLE)], "no canary ModelReplica yet"),
-        ([replica("qwen3-8b-222222-0")], "no canary ModelEndpoint yet"),
-        (canary_at("http://127.0.0.1:1", ready=False), "0 of 1 canary ModelReplicas ready"),
-    ],
-)
-def test_waits_for_ready_canary_replicas_and_an_endpoint(observed: list, message: str) -> None:
-    rsp = run(request(xr(), observed))
+@pytest.mark.parametrize("name", WAITS)
+def test_waits_for_ready_canary_replicas_and_an_endpoint(name: str) -> None:
+    message = WAITS[name][1]
+    rsp = response(name)
     assert gate(rsp) == {"revision": CANARY, "state": "Waiting", "message": message}
     cond = condition(rsp)
     assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, "WaitingForCanary")
@@ -223,15 +350,10 @@ def test_waits_for_ready_canary_replicas_and_an_endpoint(observed: list, message
     assert contracts.VERDICT_CONTEXT not in rsp.context.fields
 
 
-def test_waits_for_a_desired_canary_replica_not_yet_observed(server: FakeServer) -> None:
-    """The schedule step wants two canary replicas; only one exists so far."""
-    req = request(xr(), canary_at(server.url))
-    req.desired.resources["replica-qwen3-8b-222222-1"].resource.update(replica("qwen3-8b-222222-1"))
-    req.desired.resources["replica-qwen3-8b-222222-0"].resource.update(replica("qwen3-8b-222222-0"))
-    req.desired.resources["endpoint-qwen3-8b-222222-0"].resource.update({"kind": "ModelEndpoint"})
-    rsp = run(req)
+def test_waits_for_a_desired_canary_replica_not_yet_observed() -> None:
+    rsp = response("waiting-desired-replica-not-observed")
     assert gate(rsp)["message"] == "1 of 2 canary ModelReplicas ready"
-    assert server.requests == []
+    assert fn.MEASUREMENTS.started == 0
 
 
 # --- measure ---------------------------------------------------------------------------------
@@ -340,15 +462,13 @@ def test_api_key_from_the_secret_is_sent_and_never_written() -> None:
     assert API_KEY not in json_format.MessageToJson(rsp)
 
 
-def test_a_missing_api_key_secret_is_waited_for(server: FakeServer) -> None:
-    observed = canary_at(server.url)
-    observed[-1]["spec"]["auth"] = {"secretRef": {"name": "absent", "key": "token"}}
-    rsp = run(request(xr(), observed), required=[])
+def test_a_missing_api_key_secret_is_waited_for() -> None:
+    rsp = response("waiting-api-key-secret")
     assert gate(rsp)["state"] == "Waiting"
     assert gate(rsp)["message"] == (
         f"no Secret {NAMESPACE}/absent with key token (API key of qwen3-8b-222222-0)"
     )
-    assert server.requests == []
+    assert fn.MEASUREMENTS.started == 0
 
 
 def test_endpoint_model_overrides_the_engine_args(server: FakeServer) -> None:
@@ -358,16 +478,11 @@ def test_endpoint_model_overrides_the_engine_args(server: FakeServer) -> None:
     assert {r["model"] for r in server.requests} == {"qwen3-canary"}
 
 
-def test_unknown_model_name_fails_without_measuring(server: FakeServer) -> None:
-    composite = xr()
-    container = composite["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
-    container["args"] = ["--max-model-len=32768"]
-    observed = canary_at(server.url)
-    observed[1]["spec"]["engines"] = composite["spec"]["engines"]
-    verdict = gate(run(request(composite, observed)))
+def test_unknown_model_name_fails_without_measuring() -> None:
+    verdict = gate(response("unknown-model-name"))
     assert verdict["verdict"] == "Fail"
     assert "cannot tell the model name" in verdict["reason"]
-    assert server.requests == []
+    assert fn.MEASUREMENTS.started == 0
 
 
 # --- the smoke test spans reconciles -----------------------------------------------------------
@@ -481,22 +596,9 @@ def test_rendering_the_examples_never_starts_a_measurement() -> None:
 
 # --- carry, context, status merge -----------------------------------------------------------
 
-OBSERVED_PASS = {
-    "revision": CANARY,
-    "verdict": "Pass",
-    "reason": "all 3 prompts succeeded",
-    "ttftMs": {"p50": 120.5, "p95": 131.2},
-    "tpotMs": {"p50": 20.1, "p95": 20.9},
-    "budgets": {"ttftMs": 250, "tpotMs": 40},
-    "prompts": [],
-    "measuredAt": "2026-01-01T00:00:00Z",
-}
 
-
-def test_observed_verdict_is_carried_forward_without_measuring(closed_url: str) -> None:
-    observed_status = {"revisions": {"stable": STABLE, "canary": CANARY}}
-    observed_status["canary"] = {"revision": CANARY, "gate": OBSERVED_PASS}
-    rsp = run(request(xr(status=observed_status), canary_at(closed_url)))
+def test_observed_verdict_is_carried_forward_without_measuring() -> None:
+    rsp = response("carried-observed-verdict")
     assert gate(rsp) == OBSERVED_PASS  # a measurement of the closed port would have failed
     assert xp.context(fnv1.RunFunctionRequest(context=rsp.context), contracts.VERDICT_CONTEXT) == (
         OBSERVED_PASS
@@ -510,11 +612,9 @@ def test_observed_verdict_is_carried_forward_without_measuring(closed_url: str) 
     assert list(rsp.results) == []
 
 
-def test_verdict_in_the_context_is_honoured(closed_url: str) -> None:
-    failed = OBSERVED_PASS | {"verdict": "Fail", "reason": "p95 TTFT 400 ms > budget 250 ms"}
-    context = {contracts.VERDICT_CONTEXT: failed}
-    rsp = run(request(xr(), canary_at(closed_url), context=context))
-    assert gate(rsp) == failed
+def test_verdict_in_the_context_is_honoured() -> None:
+    rsp = response("verdict-in-context")
+    assert gate(rsp) == CONTEXT_FAIL
     assert condition(rsp).reason == "Failed"
 
 
@@ -542,17 +642,16 @@ def test_status_the_schedule_step_wrote_is_kept(server: FakeServer) -> None:
     assert out["canary"]["gate"]["verdict"] == "Pass"
 
 
-def test_the_previous_steps_decision_wins_over_observed_status(closed_url: str) -> None:
+def test_the_previous_steps_decision_wins_over_observed_status() -> None:
     """The schedule step promoted (no canary in its status): nothing is measured, and the
     condition reports the verdict it acted on."""
-    promoted = {"revisions": {"stable": CANARY}, "canary": {"gate": OBSERVED_PASS}}
-    rsp = run(request(xr(), canary_at(closed_url), desired_status=promoted))
-    assert status(rsp) == promoted
+    rsp = response("previous-step-promoted")
+    assert status(rsp) == PROMOTED
     assert condition(rsp).reason == "Passed"
 
 
 def test_no_canary_revision_and_no_verdict_is_idle() -> None:
-    rsp = run(request(xr(status={"revisions": {"stable": STABLE}})))
+    rsp = response("idle")
     cond = condition(rsp)
     assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_TRUE, "NoCanary")
     assert status(rsp) == {}
@@ -754,7 +853,7 @@ def test_a_first_rollout_that_fails_is_removed_and_never_served(closed_url: str)
 
 
 def test_a_request_without_a_composite_is_invalid_input() -> None:
-    rsp = runtime.call_sync(fn.run_function, fnv1.RunFunctionRequest(), "function-canary-gate")
+    rsp = response("no-composite")
     assert [(r.severity, r.message) for r in rsp.results] == [
         (fnv1.SEVERITY_FATAL, "invalid input: spec: the composite resource has no spec")
     ]

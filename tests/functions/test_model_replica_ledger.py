@@ -5,7 +5,9 @@ un-renders it.
 
 Through the function's real run_function and Crossplane's requirement loop (`plnt render`'s),
 on the examples model-replica-ready (serving: observed Objects), model-replica-qwen3-8b (never
-rendered) and model-replica-ledger-unreadable (the ready replica's ledger cut in half).
+rendered) and model-replica-ledger-unreadable (the ready replica's ledger cut in half). Each
+case's whole response is in tests/functions/responses/model_replica/ (its name starting
+`ledger-`); the tests named for a rule read the field it is about.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from functions.model_replica import fn
 from plnt import xp
 from plnt.capacity import binding, ledger, quotas
 from plnt_host import render
-from tests.support import binder_annotation, call_function
+from tests.functions import tables
+from tests.support import binder_annotation, request
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 READY = render.load_scenario(EXAMPLES / "model-replica-ready")
@@ -31,12 +34,6 @@ FRESH = render.load_scenario(EXAMPLES / "model-replica-qwen3-8b")
 CUT = render.load_scenario(EXAMPLES / "model-replica-ledger-unreadable")
 LEDGER = "plnt-system/plnt-ledger-eks-l4"
 QUOTA_LEDGER = "plnt-system/plnt-quota-ml-team"
-
-
-def call(
-    xr: dict[str, Any], required: list[dict[str, Any]], observed: list[dict[str, Any]]
-) -> fnv1.RunFunctionResponse:
-    return call_function(fn.run_function, xr, required, observed, "function-model-replica")
 
 
 def composed(rsp: fnv1.RunFunctionResponse) -> dict[str, dict[str, Any]]:
@@ -198,108 +195,46 @@ def damaged(required: list[dict[str, Any]], shape: Shape) -> list[dict[str, Any]
     return out
 
 
-def test_the_scenarios_are_bound_with_their_ledgers() -> None:
-    # The baseline every case damages: both replicas render from their readable ledgers, and
-    # the serving one desires exactly what it observes.
-    for scenario in (READY, FRESH):
-        rsp = call(scenario.xr, scenario.required, scenario.observed)
-        assert condition(rsp, "Bound").status == fnv1.STATUS_CONDITION_TRUE
-    rsp = call(READY.xr, READY.required, READY.observed)
-    specs = {name: o["spec"] for name, o in composed(rsp).items()}
-    assert specs == {name: o["spec"] for name, o in as_observed(READY.observed).items()}
+def slug(name: str) -> str:
+    return "-".join(name.replace(":", " ").replace("'", "").split()).lower()
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-def test_a_serving_replica_keeps_every_composed_resource(shape: Shape) -> None:
-    rsp = call(READY.xr, damaged(READY.required, shape), READY.observed)
-    assert composed(rsp) == as_observed(READY.observed)
-    assert all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
-    assert rsp.desired.composite.ready != fnv1.READY_FALSE
-    bound = condition(rsp, "Bound")
-    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, shape.reason)
-    assert bound.message.startswith(
-        f"cannot tell whether its devices are committed on cluster eks-l4: ConfigMap {LEDGER} "
-        f"{shape.says}"
-    )
-    assert bound.message.endswith("every composed resource is kept as it is until it can be read")
-    assert warnings(rsp) == [f"binding unknown ({shape.reason}): {bound.message}"]
-    ready = condition(rsp, "WorkloadsReady")
-    assert (ready.status, ready.reason) == (fnv1.STATUS_CONDITION_TRUE, "Available")
-    status = xp.to_dict(rsp.desired.composite.resource)["status"]
-    assert status["engines"] == [{"name": "qwen3-8b", "copies": 1, "availableCopies": 1}]
+def case(name: str, xr: dict[str, Any], required: list[dict[str, Any]], observed=()) -> tables.Case:
+    return tables.Case(name, request(xr, observed), tuple(required))
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-def test_a_replica_that_never_rendered_stays_unrendered(shape: Shape) -> None:
-    rsp = call(FRESH.xr, damaged(FRESH.required, shape), [])
-    assert composed(rsp) == {}
-    assert rsp.desired.composite.ready == fnv1.READY_FALSE
-    bound = condition(rsp, "Bound")
-    if shape.missing:
-        # a cluster the binder has committed nothing to has no ledger yet: not bound
-        assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
-        assert warnings(rsp) == []
-        return
-    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, shape.reason)
-    assert f"ConfigMap {LEDGER} {shape.says}" in bound.message
-    assert bound.message.endswith("nothing is composed until it can be read")
-    assert warnings(rsp) == [f"binding unknown ({shape.reason}): {bound.message}"]
-    assert condition(rsp, "WorkloadsReady").reason == shape.reason
-
-
-def test_what_is_kept_is_what_was_observed_not_what_the_spec_now_asks() -> None:
-    # Edited while its ledger cannot be read (two GPUs): nothing committed the edit, so the
-    # observed resources stay exactly as they are and nothing new is composed.
-    xr = copy.deepcopy(READY.xr)
-    xr["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
-    rsp = call(xr, CUT.required, READY.observed)
-    assert composed(rsp) == as_observed(READY.observed)
-    rct = composed(rsp)["rct-qwen3-8b-standalone"]["spec"]["forProvider"]["manifest"]
-    assert rct["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
-
-
-def test_a_partly_observed_replica_keeps_only_what_it_has() -> None:
-    # Nothing is added from the spec either: a workload not observed yet is not created.
-    observed = [
+def observed_but(name: str) -> list[dict[str, Any]]:
+    """The ready replica's observed resources but the one of composition resource name `name`."""
+    return [
         o
         for o in READY.observed
-        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME] != "workload-qwen3-8b"
+        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME] != name
     ]
-    rsp = call(READY.xr, CUT.required, observed)
-    assert composed(rsp) == as_observed(observed)
-    assert "workload-qwen3-8b" not in composed(rsp)
-    ready = condition(rsp, "WorkloadsReady")
-    assert (ready.status, ready.reason) == (fnv1.STATUS_CONDITION_FALSE, "Waiting")
-    assert ready.message == (
-        "engine qwen3-8b: 0/1 copies available (kept as they are while its ledger cannot be read)"
-    )
 
 
-def test_only_what_the_function_composes_is_kept() -> None:
-    # Something of another kind under a composed name (the function never made it): never
-    # applied again, and alone it is no evidence that the replica rendered.
-    impostor = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": "qwen3-8b-eks-l4-0-bcd71",
-            "annotations": {xp.COMPOSITION_RESOURCE_NAME: "workload-qwen3-8b"},
-        },
-        "data": {},
-    }
-    objects = [
-        o
-        for o in READY.observed
-        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME] != "workload-qwen3-8b"
-    ]
-    rsp = call(READY.xr, CUT.required, [*objects, impostor])
-    assert composed(rsp) == as_observed(objects)
-    alone = call(READY.xr, CUT.required, [impostor])
-    assert composed(alone) == {}
-    assert condition(alone, "Bound").message.endswith("nothing is composed until it can be read")
+# Something of another kind under a composed name (the function never made it).
+IMPOSTOR = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {
+        "name": "qwen3-8b-eks-l4-0-bcd71",
+        "annotations": {xp.COMPOSITION_RESOURCE_NAME: "workload-qwen3-8b"},
+    },
+    "data": {},
+}
 
 
-# --- a readable ledger still decides ----------------------------------------------------------
+def two_gpus(xr: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(xr)
+    out["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
+    return out
+
+
+def binder_annotated(xr: dict[str, Any]) -> dict[str, Any]:
+    """xr with the binder's own annotation, as it writes it when it commits xr."""
+    out = copy.deepcopy(xr)
+    out["metadata"]["annotations"] = {binding.BINDING: binder_annotation(out)}
+    return out
 
 
 def _without_entry(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -310,35 +245,6 @@ def _without_entry(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
     state.sequence += 1
     cm["data"][ledger.LEDGER_DATA_KEY] = state.model_dump_json()
     return out
-
-
-def test_a_readable_ledger_without_its_entry_still_unrenders_a_serving_replica() -> None:
-    rsp = call(READY.xr, _without_entry(READY.required), READY.observed)
-    assert composed(rsp) == {}
-    bound = condition(rsp, "Bound")
-    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
-
-
-def test_a_forged_binding_on_a_readable_ledger_still_unrenders() -> None:
-    # The binder's own annotation, left on a replica its ledger no longer commits: a tenant
-    # writing it (or keeping it) must never keep a render.
-    xr = copy.deepcopy(READY.xr)
-    xr["metadata"]["annotations"] = {binding.BINDING: binder_annotation(xr)}
-    rsp = call(xr, _without_entry(READY.required), READY.observed)
-    assert composed(rsp) == {}
-    assert condition(rsp, "Bound").reason == "BindingForged"
-    assert len(warnings(rsp)) == 1 and "BindingForged" in warnings(rsp)[0]
-
-
-def test_a_ledger_committing_another_spec_still_unrenders() -> None:
-    xr = copy.deepcopy(READY.xr)
-    xr["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
-    rsp = call(xr, READY.required, READY.observed)
-    assert composed(rsp) == {}
-    assert condition(rsp, "Bound").status == fnv1.STATUS_CONDITION_FALSE
-
-
-# --- quota ledgers -----------------------------------------------------------------------------
 
 
 def quota_ledger(data: str, name: str = "plnt-quota-ml-team") -> dict[str, Any]:
@@ -382,12 +288,206 @@ QUOTA_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("data, reason, says", [s[1:] for s in QUOTA_SHAPES],
-                         ids=[s[0] for s in QUOTA_SHAPES])  # fmt: skip
+def reservation_missing() -> dict[str, Any]:
+    """A readable quota ledger of ml-team that reserves nothing for the replica."""
+    state = quotas.QuotaLedger(quota="ml-team", namespaces=["ml-team"], hard={"gpu.nvidia.com": 8})
+    return quotas.quota_ledger_configmap(state, ledger.LEDGER_NAMESPACE)
+
+
+TABLE = tables.Table(
+    "model_replica",
+    fn.run_function,
+    (
+        case("ledger-ready", READY.xr, READY.required, READY.observed),
+        case("ledger-fresh", FRESH.xr, FRESH.required),
+        *(
+            case(
+                f"ledger-serving-{slug(shape.name)}",
+                READY.xr,
+                damaged(READY.required, shape),
+                READY.observed,
+            )
+            for shape in SHAPES
+        ),
+        *(
+            case(f"ledger-fresh-{slug(shape.name)}", FRESH.xr, damaged(FRESH.required, shape))
+            for shape in SHAPES
+        ),
+        case("ledger-kept-not-the-spec", two_gpus(READY.xr), CUT.required, READY.observed),
+        case("ledger-partly-observed", READY.xr, CUT.required, observed_but("workload-qwen3-8b")),
+        case(
+            "ledger-impostor-beside-the-rest",
+            READY.xr,
+            CUT.required,
+            [*observed_but("workload-qwen3-8b"), IMPOSTOR],
+        ),
+        case("ledger-impostor-alone", READY.xr, CUT.required, [IMPOSTOR]),
+        case(
+            "ledger-readable-without-entry",
+            READY.xr,
+            _without_entry(READY.required),
+            READY.observed,
+        ),
+        case(
+            "ledger-readable-binding-forged",
+            binder_annotated(READY.xr),
+            _without_entry(READY.required),
+            READY.observed,
+        ),
+        case("ledger-readable-another-spec", two_gpus(READY.xr), READY.required, READY.observed),
+        *(
+            case(
+                f"ledger-quota-serving-{slug(name)}",
+                READY.xr,
+                [*READY.required, cm],
+                READY.observed,
+            )
+            for name, cm, _, _ in QUOTA_SHAPES
+        ),
+        case("ledger-quota-fresh-unreadable", FRESH.xr, [*FRESH.required, QUOTA_SHAPES[0][1]]),
+        case(
+            "ledger-quota-unreadable-cluster-without-entry",
+            READY.xr,
+            [*_without_entry(READY.required), QUOTA_SHAPES[0][1]],
+            READY.observed,
+        ),
+        case(
+            "ledger-quota-without-reservation",
+            READY.xr,
+            [*READY.required, reservation_missing()],
+            READY.observed,
+        ),
+    ),
+)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+def response(name: str) -> fnv1.RunFunctionResponse:
+    return TABLE.response(CASES[name])
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
+
+
+def test_the_scenarios_are_bound_with_their_ledgers() -> None:
+    # The baseline every case damages: both replicas render from their readable ledgers, and
+    # the serving one desires exactly what it observes.
+    for name in ("ledger-ready", "ledger-fresh"):
+        assert condition(response(name), "Bound").status == fnv1.STATUS_CONDITION_TRUE
+    rsp = response("ledger-ready")
+    specs = {name: o["spec"] for name, o in composed(rsp).items()}
+    assert specs == {name: o["spec"] for name, o in as_observed(READY.observed).items()}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_a_serving_replica_keeps_every_composed_resource(shape: Shape) -> None:
+    rsp = response(f"ledger-serving-{slug(shape.name)}")
+    assert composed(rsp) == as_observed(READY.observed)
+    assert all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
+    assert rsp.desired.composite.ready != fnv1.READY_FALSE
+    bound = condition(rsp, "Bound")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, shape.reason)
+    assert bound.message.startswith(
+        f"cannot tell whether its devices are committed on cluster eks-l4: ConfigMap {LEDGER} "
+        f"{shape.says}"
+    )
+    assert bound.message.endswith("every composed resource is kept as it is until it can be read")
+    assert warnings(rsp) == [f"binding unknown ({shape.reason}): {bound.message}"]
+    ready = condition(rsp, "WorkloadsReady")
+    assert (ready.status, ready.reason) == (fnv1.STATUS_CONDITION_TRUE, "Available")
+    status = xp.to_dict(rsp.desired.composite.resource)["status"]
+    assert status["engines"] == [{"name": "qwen3-8b", "copies": 1, "availableCopies": 1}]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_a_replica_that_never_rendered_stays_unrendered(shape: Shape) -> None:
+    rsp = response(f"ledger-fresh-{slug(shape.name)}")
+    assert composed(rsp) == {}
+    assert rsp.desired.composite.ready == fnv1.READY_FALSE
+    bound = condition(rsp, "Bound")
+    if shape.missing:
+        # a cluster the binder has committed nothing to has no ledger yet: not bound
+        assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
+        assert warnings(rsp) == []
+        return
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, shape.reason)
+    assert f"ConfigMap {LEDGER} {shape.says}" in bound.message
+    assert bound.message.endswith("nothing is composed until it can be read")
+    assert warnings(rsp) == [f"binding unknown ({shape.reason}): {bound.message}"]
+    assert condition(rsp, "WorkloadsReady").reason == shape.reason
+
+
+def test_what_is_kept_is_what_was_observed_not_what_the_spec_now_asks() -> None:
+    # Edited while its ledger cannot be read (two GPUs): nothing committed the edit, so the
+    # observed resources stay exactly as they are and nothing new is composed.
+    rsp = response("ledger-kept-not-the-spec")
+    assert composed(rsp) == as_observed(READY.observed)
+    rct = composed(rsp)["rct-qwen3-8b-standalone"]["spec"]["forProvider"]["manifest"]
+    assert rct["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
+
+
+def test_a_partly_observed_replica_keeps_only_what_it_has() -> None:
+    # Nothing is added from the spec either: a workload not observed yet is not created.
+    observed = observed_but("workload-qwen3-8b")
+    rsp = response("ledger-partly-observed")
+    assert composed(rsp) == as_observed(observed)
+    assert "workload-qwen3-8b" not in composed(rsp)
+    ready = condition(rsp, "WorkloadsReady")
+    assert (ready.status, ready.reason) == (fnv1.STATUS_CONDITION_FALSE, "Waiting")
+    assert ready.message == (
+        "engine qwen3-8b: 0/1 copies available (kept as they are while its ledger cannot be read)"
+    )
+
+
+def test_only_what_the_function_composes_is_kept() -> None:
+    # Something of another kind under a composed name (the function never made it): never
+    # applied again, and alone it is no evidence that the replica rendered.
+    rsp = response("ledger-impostor-beside-the-rest")
+    assert composed(rsp) == as_observed(observed_but("workload-qwen3-8b"))
+    alone = response("ledger-impostor-alone")
+    assert composed(alone) == {}
+    assert condition(alone, "Bound").message.endswith("nothing is composed until it can be read")
+
+
+# --- a readable ledger still decides ----------------------------------------------------------
+
+
+def test_a_readable_ledger_without_its_entry_still_unrenders_a_serving_replica() -> None:
+    rsp = response("ledger-readable-without-entry")
+    assert composed(rsp) == {}
+    bound = condition(rsp, "Bound")
+    assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")
+
+
+def test_a_forged_binding_on_a_readable_ledger_still_unrenders() -> None:
+    # The binder's own annotation, left on a replica its ledger no longer commits: a tenant
+    # writing it (or keeping it) must never keep a render.
+    rsp = response("ledger-readable-binding-forged")
+    assert composed(rsp) == {}
+    assert condition(rsp, "Bound").reason == "BindingForged"
+    assert len(warnings(rsp)) == 1 and "BindingForged" in warnings(rsp)[0]
+
+
+def test_a_ledger_committing_another_spec_still_unrenders() -> None:
+    rsp = response("ledger-readable-another-spec")
+    assert composed(rsp) == {}
+    assert condition(rsp, "Bound").status == fnv1.STATUS_CONDITION_FALSE
+
+
+# --- quota ledgers -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "reason", "says"),
+    [(s[0], s[2], s[3]) for s in QUOTA_SHAPES],
+    ids=[s[0] for s in QUOTA_SHAPES],
+)
 def test_an_unreadable_quota_ledger_keeps_a_serving_replica(
-    data: dict, reason: str, says: str
+    name: str, reason: str, says: str
 ) -> None:
-    rsp = call(READY.xr, [*READY.required, data], READY.observed)
+    rsp = response(f"ledger-quota-serving-{slug(name)}")
     assert composed(rsp) == as_observed(READY.observed)
     bound = condition(rsp, "Bound")
     assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_UNKNOWN, reason)
@@ -396,22 +496,20 @@ def test_an_unreadable_quota_ledger_keeps_a_serving_replica(
 
 
 def test_an_unreadable_quota_ledger_renders_nothing_new() -> None:
-    rsp = call(FRESH.xr, [*FRESH.required, QUOTA_SHAPES[0][1]], [])
+    rsp = response("ledger-quota-fresh-unreadable")
     assert composed(rsp) == {}
     assert condition(rsp, "Bound").status == fnv1.STATUS_CONDITION_UNKNOWN
 
 
 def test_an_unreadable_quota_ledger_does_not_bind_what_the_cluster_ledger_does_not() -> None:
     # The cluster's ledger is readable and commits nothing: not bound, whatever the quotas say.
-    rsp = call(READY.xr, [*_without_entry(READY.required), QUOTA_SHAPES[0][1]], READY.observed)
+    rsp = response("ledger-quota-unreadable-cluster-without-entry")
     assert composed(rsp) == {}
     assert condition(rsp, "Bound").reason == "AwaitingBinding"
 
 
 def test_a_readable_quota_ledger_without_the_reservation_still_unrenders() -> None:
-    state = quotas.QuotaLedger(quota="ml-team", namespaces=["ml-team"], hard={"gpu.nvidia.com": 8})
-    cm = quotas.quota_ledger_configmap(state, ledger.LEDGER_NAMESPACE)
-    rsp = call(READY.xr, [*READY.required, cm], READY.observed)
+    rsp = response("ledger-quota-without-reservation")
     assert composed(rsp) == {}
     bound = condition(rsp, "Bound")
     assert (bound.status, bound.reason) == (fnv1.STATUS_CONDITION_FALSE, "AwaitingBinding")

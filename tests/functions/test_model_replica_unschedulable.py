@@ -4,6 +4,9 @@ While an engine has fewer available copies than it wants and its workload has cr
 the replica watches the engine's pods (an ObservedObjectCollection); a pod whose PodScheduled
 condition is False with reason Unschedulable makes WorkloadsReady say so, with the scheduler's
 message verbatim, and a Warning result (Crossplane's event on the ModelReplica).
+
+Each case's whole response is in tests/functions/responses/model_replica/ (its name starting
+`unschedulable-`); the tests named for a rule read the field it is about.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.model_replica import fn, staging
 from plnt import conditions
-from tests.functions.test_model_replica import GANG, READY, composed, condition, run
+from tests.functions import tables
+from tests.functions.test_model_replica import GANG, READY, bound_case, composed, condition, run
 from tests.functions.test_model_replica_weights import (
     S3,
     STARTING,
@@ -70,14 +74,121 @@ def pod(
     }
 
 
-def starting(xr: dict, *pods: dict, status: dict = STARTING) -> fnv1.RunFunctionResponse:
+def starting(name: str, *pods: dict, status: dict = STARTING, xr: dict = READY.xr) -> tables.Case:
+    """The ready example, its workload in `status` (starting), `pods` observed."""
     observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", status)
-    return run(xr, [*READY.required, *pods], observed)
+    return bound_case(name, xr, [*READY.required, *pods], observed)
 
 
-@pytest.mark.parametrize("message", [NO_DEVICES, TAINTED], ids=["no-devices", "taint"])
-def test_an_unschedulable_pod_says_the_schedulers_message(message: str) -> None:
-    rsp = starting(READY.xr, pod(conds=[{**UNSCHEDULABLE, "message": message}]))
+def with_copies(xr: dict, copies: int) -> dict:
+    out = copy.deepcopy(xr)
+    out["spec"]["engines"][0]["copies"] = copies
+    return out
+
+
+SCHEDULED = [{"type": "PodScheduled", "status": "True"}]
+RUNNING = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
+MESSAGES = {"unschedulable-no-devices": NO_DEVICES, "unschedulable-taint": TAINTED}
+PENDING = {  # case: the pod's conditions, pending for another reason than the scheduler's
+    "unschedulable-pending-no-conditions-yet": [],
+    "unschedulable-pending-gated": [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
+    ],
+}
+PLACED = {  # case: the conditions of a pod on a node
+    "unschedulable-placed-scheduled": SCHEDULED,
+    "unschedulable-placed-other-condition-type": [
+        *SCHEDULED,
+        {**UNSCHEDULABLE, "type": "Ready"},
+    ],
+}
+GANG_OBSERVED = observed_workload(
+    GANG, "workload-llama-405b", "LeaderWorkerSet", {"replicas": 1, "readyReplicas": 0}
+)
+GANG_COLLECTION = "llama-405b-coreweave-h100-0-llama-405b-pods"
+GANG_LEADER = "llama-405b-0"
+
+TABLE = tables.Table(
+    "model_replica",
+    fn.run_function,
+    (
+        *(
+            starting(name, pod(conds=[{**UNSCHEDULABLE, "message": message}]))
+            for name, message in MESSAGES.items()
+        ),
+        starting("unschedulable-serving", status={"replicas": 1, "availableReplicas": 1}),
+        starting(
+            "unschedulable-first-by-name",
+            pod(POD[:-5] + "zzzzz", [UNSCHEDULABLE]),
+            pod(POD[:-5] + "aaaaa", [{**UNSCHEDULABLE, "message": TAINTED}]),
+        ),
+        starting(
+            "unschedulable-one-of-two-copies",
+            pod(conds=[UNSCHEDULABLE]),
+            status={"replicas": 2, "availableReplicas": 1},
+            xr=with_copies(READY.xr, 2),
+        ),
+        *(starting(name, pod(conds=conds)) for name, conds in PENDING.items()),
+        *(starting(name, pod(conds=conds)) for name, conds in PLACED.items()),
+        starting(
+            "unschedulable-one-placed-one-not",
+            pod(conds=SCHEDULED),
+            pod(name=POD[:-5] + "zzzzz", conds=[]),
+            status={"replicas": 2, "availableReplicas": 0},
+        ),
+        starting(
+            "unschedulable-staging-pod",
+            pod(conds=SCHEDULED, init_state=RUNNING),
+            xr=with_weights(READY.xr, uri=S3),
+        ),
+        starting(
+            "unschedulable-staging-pod-unschedulable",
+            pod(conds=[UNSCHEDULABLE]),
+            xr=with_weights(READY.xr, uri=S3),
+        ),
+        starting(
+            "unschedulable-other-collection",
+            pod(conds=[UNSCHEDULABLE], collection="someone-elses-pods"),
+        ),
+        starting(
+            "unschedulable-no-pods-created", pod(conds=[UNSCHEDULABLE]), status={"replicas": 0}
+        ),
+        starting(
+            "unschedulable-every-copy-available",
+            pod(conds=[UNSCHEDULABLE]),
+            status={"replicas": 1, "availableReplicas": 1},
+        ),
+        bound_case(
+            "unschedulable-gang-leader",
+            GANG.xr,
+            [
+                *GANG.required,
+                pod(
+                    GANG_LEADER,
+                    [{**UNSCHEDULABLE, "message": TAINTED}],
+                    collection=GANG_COLLECTION,
+                ),
+            ],
+            GANG_OBSERVED,
+        ),
+    ),
+)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+def response(name: str) -> fnv1.RunFunctionResponse:
+    return TABLE.response(CASES[name])
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
+
+
+@pytest.mark.parametrize("name", MESSAGES)
+def test_an_unschedulable_pod_says_the_schedulers_message(name: str) -> None:
+    message = MESSAGES[name]
+    rsp = response(name)
     said = f"engine qwen3-8b: pod {POD} cannot be scheduled: {message}"
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.status, cond.reason, cond.message) == (
@@ -94,63 +205,38 @@ def test_an_unschedulable_pod_says_the_schedulers_message(message: str) -> None:
 
 
 def test_a_serving_replica_watches_no_pods_and_asks_for_the_rest_ttl() -> None:
-    rsp = starting(READY.xr, status={"replicas": 1, "availableReplicas": 1})
+    rsp = response("unschedulable-serving")
     assert "pods-qwen3-8b" not in composed(rsp)
     assert rsp.meta.ttl.ToMilliseconds() == fn.REST_TTL_S * 1000
 
 
 def test_the_first_unschedulable_pod_by_name_is_named() -> None:
-    later = POD[:-5] + "zzzzz"
     earlier = POD[:-5] + "aaaaa"
-    rsp = starting(
-        READY.xr,
-        pod(later, [UNSCHEDULABLE]),
-        pod(earlier, [{**UNSCHEDULABLE, "message": TAINTED}]),
-    )
+    rsp = response("unschedulable-first-by-name")
     assert condition(rsp, conditions.WORKLOADS_READY).message == (
         f"engine qwen3-8b: pod {earlier} cannot be scheduled: {TAINTED}"
     )
 
 
 def test_one_copy_available_and_one_unschedulable_is_unschedulable() -> None:
-    xr = copy.deepcopy(READY.xr)
-    xr["spec"]["engines"][0]["copies"] = 2
-    rsp = starting(xr, pod(conds=[UNSCHEDULABLE]), status={"replicas": 2, "availableReplicas": 1})
+    rsp = response("unschedulable-one-of-two-copies")
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert cond.reason == "Unschedulable"
     assert cond.message == f"engine qwen3-8b: pod {POD} cannot be scheduled: {NO_DEVICES}"
 
 
-@pytest.mark.parametrize(
-    "conds",
-    [
-        pytest.param([], id="no-conditions-yet"),
-        pytest.param(
-            [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}],
-            id="gated",
-        ),
-    ],
-)
-def test_pods_pending_for_other_reasons_keep_todays_message(conds: list[dict]) -> None:
-    rsp = starting(READY.xr, pod(conds=conds))
+@pytest.mark.parametrize("name", PENDING)
+def test_pods_pending_for_other_reasons_keep_todays_message(name: str) -> None:
+    rsp = response(name)
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.reason, cond.message) == (conditions.WAITING, WAITS)
     assert warnings(rsp) == []
 
 
-@pytest.mark.parametrize(
-    "conds",
-    [
-        pytest.param([{"type": "PodScheduled", "status": "True"}], id="scheduled"),
-        pytest.param(
-            [{"type": "PodScheduled", "status": "True"}, {**UNSCHEDULABLE, "type": "Ready"}],
-            id="other-condition-type",
-        ),
-    ],
-)
-def test_placed_pods_of_an_engine_that_stages_nothing_are_starting(conds: list[dict]) -> None:
+@pytest.mark.parametrize("name", PLACED)
+def test_placed_pods_of_an_engine_that_stages_nothing_are_starting(name: str) -> None:
     """Its pods are on nodes and nothing is downloaded first: the engine itself starts."""
-    rsp = starting(READY.xr, pod(conds=conds))
+    rsp = response(name)
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.reason, cond.message) == (
         conditions.STARTING,
@@ -161,16 +247,12 @@ def test_placed_pods_of_an_engine_that_stages_nothing_are_starting(conds: list[d
 
 
 def test_one_pod_placed_and_one_not_is_waiting_not_starting() -> None:
-    scheduled = pod(conds=[{"type": "PodScheduled", "status": "True"}])
-    waiting = pod(name=POD[:-5] + "zzzzz", conds=[])
-    rsp = starting(READY.xr, scheduled, waiting, status={"replicas": 2, "availableReplicas": 0})
+    rsp = response("unschedulable-one-placed-one-not")
     assert condition(rsp, conditions.WORKLOADS_READY).reason == conditions.WAITING
 
 
 def test_a_staging_pod_still_says_pulling_weights() -> None:
-    scheduled = [{"type": "PodScheduled", "status": "True"}]
-    running = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
-    rsp = starting(with_weights(READY.xr, uri=S3), pod(conds=scheduled, init_state=running))
+    rsp = response("unschedulable-staging-pod")
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.reason, cond.message) == (
         conditions.PULLING_WEIGHTS,
@@ -183,44 +265,39 @@ def test_a_staging_pod_still_says_pulling_weights() -> None:
 
 def test_an_unschedulable_staging_pod_is_unschedulable_not_pulling() -> None:
     """It never starts its init container: the scheduler, not the download, is the wait."""
-    rsp = starting(with_weights(READY.xr, uri=S3), pod(conds=[UNSCHEDULABLE]))
+    rsp = response("unschedulable-staging-pod-unschedulable")
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert cond.reason == "Unschedulable"
     assert cond.message == f"engine qwen3-8b: pod {POD} cannot be scheduled: {NO_DEVICES}"
 
 
 def test_an_unschedulable_pod_of_another_collection_does_not_count() -> None:
-    rsp = starting(READY.xr, pod(conds=[UNSCHEDULABLE], collection="someone-elses-pods"))
+    rsp = response("unschedulable-other-collection")
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.reason, cond.message) == (conditions.WAITING, WAITS)
 
 
 def test_no_pods_created_yet_watches_nothing() -> None:
-    rsp = starting(READY.xr, pod(conds=[UNSCHEDULABLE]), status={"replicas": 0})
+    rsp = response("unschedulable-no-pods-created")
     assert condition(rsp, conditions.WORKLOADS_READY).reason == conditions.WAITING
     assert "pods-qwen3-8b" not in rsp.desired.resources
     assert "pods-qwen3-8b" not in rsp.requirements.resources
 
 
 def test_every_copy_available_watches_nothing() -> None:
-    rsp = starting(
-        READY.xr, pod(conds=[UNSCHEDULABLE]), status={"replicas": 1, "availableReplicas": 1}
-    )
+    rsp = response("unschedulable-every-copy-available")
     assert condition(rsp, conditions.WORKLOADS_READY).reason == conditions.AVAILABLE
     assert "pods-qwen3-8b" not in rsp.desired.resources
     assert warnings(rsp) == []
 
 
 def test_a_gang_whose_leader_cannot_be_scheduled() -> None:
-    observed = observed_workload(
-        GANG, "workload-llama-405b", "LeaderWorkerSet", {"replicas": 1, "readyReplicas": 0}
-    )
-    first = run(GANG.xr, GANG.required, observed)
+    first = run(GANG.xr, GANG.required, GANG_OBSERVED)
     wanted = first.requirements.resources["pods-llama-405b"]
     collection = wanted.match_labels.labels["kubernetes.crossplane.io/owned-by-collection"]
-    leader = "llama-405b-0"
-    stuck = pod(leader, [{**UNSCHEDULABLE, "message": TAINTED}], collection=collection)
-    rsp = run(GANG.xr, [*GANG.required, stuck], observed)
+    assert collection == GANG_COLLECTION  # the collection the case's pod is in
+    leader = GANG_LEADER
+    rsp = response("unschedulable-gang-leader")
     said = f"engine llama-405b: pod {leader} cannot be scheduled: {TAINTED}"
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.reason, cond.message) == ("Unschedulable", said)

@@ -1,8 +1,10 @@
 """Weights staged by an init container (plnt.work/weights-* annotations), through run_function.
 
-The examples get the annotations a WorkflowRun sets; the rendered pods are checked for
-content here and, at the end, against Kubernetes' own validation (tests/k8svalidate) and the
-LeaderWorkerSet CRD (crossplane beta validate).
+The examples get the annotations a WorkflowRun sets; each case's whole response is in
+tests/functions/responses/model_replica/ (its name starting `weights-`), the tests named for a
+rule read the field it is about, and the rendered pods are checked, at the end, against
+Kubernetes' own validation (tests/k8svalidate) and the LeaderWorkerSet CRD (crossplane beta
+validate).
 """
 
 from __future__ import annotations
@@ -14,15 +16,17 @@ from typing import Any
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.model_replica import staging
+from functions.model_replica import fn, staging
 from plnt import conditions, labels, weights, xp
 from tests.conformance import crossplane_cli
+from tests.functions import tables
 from tests.functions.test_model_replica import (
     CACHE,
     GANG,
     PD,
     QWEN,
     READY,
+    bound_case,
     composed,
     condition,
     engine_container,
@@ -63,11 +67,235 @@ def warnings(rsp: fnv1.RunFunctionResponse) -> list[str]:
     return [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
 
 
+# --- the cases: the examples with weights annotations, changed ----------------------------------
+
+
+def observed_workload(scenario: Any, name: str, kind: str, status: dict) -> list[dict]:
+    """The scenario's observed resources with the workload's observed status replaced."""
+    observed = [
+        o
+        for o in copy.deepcopy(scenario.observed)
+        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME] != name
+    ]
+    observed.append(
+        {
+            "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+            "kind": "Object",
+            "metadata": {"name": name, "annotations": {xp.COMPOSITION_RESOURCE_NAME: name}},
+            "status": {"atProvider": {"manifest": {"kind": kind, "status": status}}},
+        }
+    )
+    return observed
+
+
+def pod_object(collection: str, init_state: dict | None) -> dict:
+    """An observe-only Object provider-kubernetes keeps for one pod of a collection."""
+    status = {"phase": "Pending"}
+    if init_state is not None:
+        status["initContainerStatuses"] = [{"name": staging.INIT_CONTAINER, "state": init_state}]
+    return {
+        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+        "kind": "Object",
+        "metadata": {
+            "name": f"{collection}-abcdef0",
+            "namespace": READY.xr["metadata"].get("namespace", "default"),
+            "labels": {"kubernetes.crossplane.io/owned-by-collection": collection},
+        },
+        "status": {"atProvider": {"manifest": {"kind": "Pod", "status": status}}},
+    }
+
+
+STARTING = {"replicas": 1, "availableReplicas": 0}
+
+
+SCHEMES = {  # case: (the URI, its location as the downloader is given it)
+    "weights-scheme-s3": ("s3://plnt-models/qwen3-8b/bf16", "plnt-models/qwen3-8b/bf16"),
+    "weights-scheme-gs": ("gs://plnt-models/qwen3-8b", "plnt-models/qwen3-8b"),
+    "weights-scheme-hf": ("hf://Qwen/Qwen3-8B@v2", "Qwen/Qwen3-8B@v2"),
+    "weights-scheme-https": ("https://example.com/m/model.gguf", "example.com/m/model.gguf"),
+}
+ANNOTATIONS = 'spec.engines[0].members[0].template.metadata.annotations["plnt.work/weights-'
+BAD = {  # case: (the annotations, the field path, why)
+    "weights-bad-uri-scheme": ({"uri": "ftp://host/llama"}, 'uri"]', "unsupported scheme in"),
+    "weights-bad-uri-local": (
+        {"uri": "/local/llama"},
+        'uri"]',
+        "supported are s3://, gs://, hf://",
+    ),
+    "weights-bad-uri-no-location": ({"uri": "s3://"}, 'uri"]', "names no location"),
+    "weights-bad-path-relative": ({"uri": S3, "path": "models"}, 'path"]', "not an absolute path"),
+    "weights-bad-path-dotdot": ({"uri": S3, "path": "/a/../etc"}, 'path"]', "not an absolute path"),
+    "weights-bad-path-root": ({"uri": S3, "path": "/"}, 'path"]', "not an absolute path"),
+    "weights-bad-secret-name": (
+        {"uri": S3, "secret": "Bad_Name"},
+        'secret"]',
+        "is not a Secret name",
+    ),
+}
+READY_REASONS = {  # case: (the weights URI, the workload's status, the reason, what it says)
+    "weights-ready-pods-none-available": (
+        S3,
+        {"replicas": 1, "availableReplicas": 0},
+        conditions.PULLING_WEIGHTS,
+        "engine qwen3-8b stages its weights from s3://plnt-models/qwen3-8b/bf16 into "
+        "/models before it starts: its Deployment "
+        "qwen3-8b-eks-l4-0-qwen3-8b has pods, 0/1 copies available",
+    ),
+    "weights-ready-no-pods-yet": (
+        S3,
+        {"replicas": 0},
+        conditions.WAITING,
+        "waits for its Deployment qwen3-8b-eks-l4-0-qwen3-8b: 0/1 copies available",
+    ),
+    "weights-ready-no-init-container": (
+        None,
+        {"replicas": 1, "availableReplicas": 0},
+        conditions.WAITING,
+        "waits for its Deployment qwen3-8b-eks-l4-0-qwen3-8b: 0/1 copies available",
+    ),
+    "weights-ready-presigned-url-redacted": (
+        "https://u:pw@example.com/m.gguf?sig=s3cr3t",
+        {"replicas": 1},
+        conditions.PULLING_WEIGHTS,
+        "from https://example.com/m.gguf into /models",
+    ),
+}
+POD_STATES = {  # case: (the init container's state, the reason, what it says)
+    "weights-pods-init-running": (
+        {"running": {"startedAt": "2026-12-02T00:00:00Z"}},
+        conditions.PULLING_WEIGHTS,
+        "stages its weights from s3://plnt-models/qwen3-8b/bf16",
+    ),
+    "weights-pods-init-done-engine-loading": (
+        {"terminated": {"exitCode": 0, "reason": "Completed"}},
+        conditions.STARTING,
+        "engine qwen3-8b is loading its weights (staged into /models)",
+    ),
+    "weights-pods-init-failed-retries": (
+        {"terminated": {"exitCode": 1, "reason": "Error"}},
+        conditions.PULLING_WEIGHTS,
+        "stages its weights",
+    ),
+    "weights-pods-no-status-yet": (None, conditions.PULLING_WEIGHTS, "stages its weights"),
+}
+COLLECTION = "qwen3-8b-eks-l4-0-qwen3-8b-pods"
+
+
+def qwen_case(name: str, **annotations: str) -> tables.Case:
+    return bound_case(name, with_weights(QWEN.xr, **annotations), QWEN.required)
+
+
+def starting_case(name: str, pods: list[dict], status: dict = STARTING) -> tables.Case:
+    """The ready example staging from S3, its workload in `status`, `pods` observed."""
+    observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", status)
+    return bound_case(name, with_weights(READY.xr, uri=S3), [*READY.required, *pods], observed)
+
+
+def with_reserved_init_name() -> dict:
+    xr = with_weights(QWEN.xr, uri=S3)
+    containers = xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"]
+    containers.append({"name": "stage-weights", "image": "busybox:1.37"})
+    return xr
+
+
+def cache_ready() -> list[dict]:
+    required = copy.deepcopy(CACHE.required)
+    cache = next(o for o in required if o["kind"] == "ModelCache")
+    cache["status"] = {
+        "pvcName": "qwen3-8b-weights",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
+    }
+    return required
+
+
+TABLE = tables.Table(
+    "model_replica",
+    fn.run_function,
+    (
+        qwen_case("weights-standalone", uri=S3, path="/models"),
+        qwen_case("weights-path-custom", uri=S3, path="/data/llm"),
+        *(qwen_case(name, uri=uri) for name, (uri, _) in SCHEMES.items()),
+        qwen_case("weights-secret", uri="hf://meta-llama/Llama-3.1-8B", secret="hf-token"),
+        bound_case(
+            "weights-gang",
+            with_weights(GANG.xr, (0, 0), uri="gs://plnt-models/llama-405b"),
+            GANG.required,
+        ),
+        bound_case(
+            "weights-gang-member-own",
+            with_weights(
+                with_weights(GANG.xr, (0, 0), uri="gs://plnt-models/leader"),
+                (0, 1),
+                uri="s3://plnt-models/worker",
+                path="/shard",
+            ),
+            GANG.required,
+        ),
+        bound_case(
+            "weights-pd",
+            with_weights(with_weights(PD.xr, (0, 0), uri=S3), (1, 0), uri=S3),
+            PD.required,
+        ),
+        bound_case("weights-cache-wins", with_weights(CACHE.xr, uri=S3), CACHE.required),
+        *(qwen_case(name, **annotations) for name, (annotations, _, _) in BAD.items()),
+        bound_case("weights-init-name-reserved", with_reserved_init_name(), QWEN.required),
+        bound_case(
+            "weights-second-engine-bad-scheme",
+            with_weights(PD.xr, (1, 0), uri="ftp://x/y"),
+            PD.required,
+        ),
+        *(
+            bound_case(
+                name,
+                with_weights(READY.xr, uri=uri) if uri else READY.xr,
+                READY.required,
+                observed_workload(READY, "workload-qwen3-8b", "Deployment", status),
+            )
+            for name, (uri, status, _, _) in READY_REASONS.items()
+        ),
+        starting_case("weights-starting", []),
+        *(
+            starting_case(name, [pod_object(COLLECTION, state)])
+            for name, (state, _, _) in POD_STATES.items()
+        ),
+        starting_case(
+            "weights-pods-of-another-collection",
+            [pod_object("someone-elses-pods", {"terminated": {"exitCode": 0}})],
+        ),
+        starting_case("weights-copy-available", [], {"replicas": 1, "availableReplicas": 1}),
+        bound_case(
+            "weights-gang-none-ready",
+            with_weights(GANG.xr, (0, 0), uri=S3),
+            GANG.required,
+            observed_workload(
+                GANG, "workload-llama-405b", "LeaderWorkerSet", {"replicas": 1, "readyReplicas": 0}
+            ),
+        ),
+        bound_case(
+            "weights-cache-ready",
+            with_weights(CACHE.xr, uri=S3),
+            cache_ready(),
+            observed_workload(CACHE, "workload-qwen3-8b", "Deployment", {"replicas": 2}),
+        ),
+    ),
+)
+CASES = {c.name: c for c in TABLE.cases}
+
+
+def response(name: str) -> fnv1.RunFunctionResponse:
+    return TABLE.response(CASES[name])
+
+
+@pytest.mark.parametrize("case", TABLE.params())
+def test_response_is_whole_as_written(case: tables.Case) -> None:
+    TABLE.check(case)
+
+
 # --- the init container and the engine's mount -------------------------------------------------
 
 
 def test_standalone_pod_downloads_into_an_empty_dir_the_engine_mounts_read_only() -> None:
-    rsp = run(with_weights(QWEN.xr, uri=S3, path="/models"), QWEN.required)
+    rsp = response("weights-standalone")
     assert fatal(rsp) == ""
     assert warnings(rsp) == []
     pod = manifests(rsp)["workload-qwen3-8b"]["spec"]["template"]
@@ -92,11 +320,11 @@ def test_standalone_pod_downloads_into_an_empty_dir_the_engine_mounts_read_only(
 
 
 def test_path_defaults_to_models_and_follows_the_annotation() -> None:
-    default = manifests(run(with_weights(QWEN.xr, uri=S3), QWEN.required))["workload-qwen3-8b"]
+    default = manifests(response("weights-scheme-s3"))["workload-qwen3-8b"]
     pod = default["spec"]["template"]
     assert init(pod)["volumeMounts"] == [{"name": "weights", "mountPath": "/models"}]
     assert engine_container(pod)["volumeMounts"][0]["mountPath"] == "/models"
-    custom = run(with_weights(QWEN.xr, uri=S3, path="/data/llm"), QWEN.required)
+    custom = response("weights-path-custom")
     pod = manifests(custom)["workload-qwen3-8b"]["spec"]["template"]
     assert init(pod)["volumeMounts"] == [{"name": "weights", "mountPath": "/data/llm"}]
     assert {"name": "DEST", "value": "/data/llm"} in init(pod)["env"]
@@ -105,17 +333,10 @@ def test_path_defaults_to_models_and_follows_the_annotation() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("uri", "location"),
-    [
-        ("s3://plnt-models/qwen3-8b/bf16", "plnt-models/qwen3-8b/bf16"),
-        ("gs://plnt-models/qwen3-8b", "plnt-models/qwen3-8b"),
-        ("hf://Qwen/Qwen3-8B@v2", "Qwen/Qwen3-8B@v2"),
-        ("https://example.com/m/model.gguf", "example.com/m/model.gguf"),
-    ],
-)
-def test_each_scheme_uses_the_shared_downloader(uri: str, location: str) -> None:
-    pod = manifests(run(with_weights(QWEN.xr, uri=uri), QWEN.required))["workload-qwen3-8b"]
+@pytest.mark.parametrize("name", SCHEMES)
+def test_each_scheme_uses_the_shared_downloader(name: str) -> None:
+    uri, location = SCHEMES[name]
+    pod = manifests(response(name))["workload-qwen3-8b"]
     container = init(pod["spec"]["template"])
     downloader = weights.DOWNLOADERS[weights.scheme(uri)]
     assert container["image"] == downloader.image
@@ -128,8 +349,7 @@ def test_each_scheme_uses_the_shared_downloader(uri: str, location: str) -> None
 
 
 def test_credentials_come_from_the_named_secret_on_the_downloader_only() -> None:
-    xr = with_weights(QWEN.xr, uri="hf://meta-llama/Llama-3.1-8B", secret="hf-token")
-    pod = manifests(run(xr, QWEN.required))["workload-qwen3-8b"]["spec"]["template"]
+    pod = manifests(response("weights-secret"))["workload-qwen3-8b"]["spec"]["template"]
     container = init(pod)
     assert container["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
     assert {e["name"]: e["value"] for e in container["env"]} == {
@@ -142,8 +362,7 @@ def test_credentials_come_from_the_named_secret_on_the_downloader_only() -> None
 
 
 def test_gang_leader_and_workers_all_stage_the_leaders_weights() -> None:
-    xr = with_weights(GANG.xr, (0, 0), uri="gs://plnt-models/llama-405b")
-    lws = manifests(run(xr, GANG.required))["workload-llama-405b"]
+    lws = manifests(response("weights-gang"))["workload-llama-405b"]
     assert lws["kind"] == "LeaderWorkerSet"
     got = pods(lws)
     assert set(got) == {"Leader", "Worker"}
@@ -157,18 +376,14 @@ def test_gang_leader_and_workers_all_stage_the_leaders_weights() -> None:
 
 
 def test_gang_member_with_its_own_annotation_keeps_it() -> None:
-    xr = with_weights(GANG.xr, (0, 0), uri="gs://plnt-models/leader")
-    xr = with_weights(xr, (0, 1), uri="s3://plnt-models/worker", path="/shard")
-    got = pods(manifests(run(xr, GANG.required))["workload-llama-405b"])
+    got = pods(manifests(response("weights-gang-member-own"))["workload-llama-405b"])
     assert init(got["Leader"])["image"] == weights.DOWNLOADERS["gs"].image
     assert init(got["Worker"])["image"] == weights.DOWNLOADERS["s3"].image
     assert init(got["Worker"])["volumeMounts"] == [{"name": "weights", "mountPath": "/shard"}]
 
 
 def test_decode_pod_stages_weights_before_its_routing_sidecar() -> None:
-    xr = with_weights(PD.xr, (0, 0), uri=S3)
-    xr = with_weights(xr, (1, 0), uri=S3)
-    got = manifests(run(xr, PD.required))
+    got = manifests(response("weights-pd"))
     workloads = [m for m in got.values() if m["kind"] == "Deployment" and "template" in m["spec"]]
     orders = sorted(
         [c["name"] for c in m["spec"]["template"]["spec"].get("initContainers", [])]
@@ -179,7 +394,7 @@ def test_decode_pod_stages_weights_before_its_routing_sidecar() -> None:
 
 
 def test_a_model_cache_wins_over_the_annotation_with_a_warning() -> None:
-    rsp = run(with_weights(CACHE.xr, uri=S3), CACHE.required)
+    rsp = response("weights-cache-wins")
     assert fatal(rsp) == ""
     pod = manifests(rsp)["workload-qwen3-8b"]["spec"]["template"]
     assert "initContainers" not in pod["spec"]
@@ -194,25 +409,12 @@ def test_a_model_cache_wins_over_the_annotation_with_a_warning() -> None:
 
 # --- bad annotations are Fatal with the field path -------------------------------------------
 
-ANNOTATIONS = 'spec.engines[0].members[0].template.metadata.annotations["plnt.work/weights-'
 
-
-@pytest.mark.parametrize(
-    ("annotations", "path", "why"),
-    [
-        ({"uri": "ftp://host/llama"}, ANNOTATIONS + 'uri"]', "unsupported scheme in"),
-        ({"uri": "/local/llama"}, ANNOTATIONS + 'uri"]', "supported are s3://, gs://, hf://"),
-        ({"uri": "s3://"}, ANNOTATIONS + 'uri"]', "names no location"),
-        ({"uri": S3, "path": "models"}, ANNOTATIONS + 'path"]', "not an absolute path"),
-        ({"uri": S3, "path": "/a/../etc"}, ANNOTATIONS + 'path"]', "not an absolute path"),
-        ({"uri": S3, "path": "/"}, ANNOTATIONS + 'path"]', "not an absolute path"),
-        ({"uri": S3, "secret": "Bad_Name"}, ANNOTATIONS + 'secret"]', "is not a Secret name"),
-    ],
-)
-def test_bad_annotations_are_fatal_naming_the_annotation(
-    annotations: dict[str, str], path: str, why: str
-) -> None:
-    rsp = run(with_weights(QWEN.xr, **annotations), QWEN.required)
+@pytest.mark.parametrize("name", BAD)
+def test_bad_annotations_are_fatal_naming_the_annotation(name: str) -> None:
+    _, field, why = BAD[name]
+    path = ANNOTATIONS + field
+    rsp = response(name)
     message = fatal(rsp)
     assert message.startswith(f"invalid input: {path}: ")
     assert why in message
@@ -220,80 +422,22 @@ def test_bad_annotations_are_fatal_naming_the_annotation(
 
 
 def test_the_init_container_name_is_reserved() -> None:
-    xr = with_weights(QWEN.xr, uri=S3)
-    containers = xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"]
-    containers.append({"name": "stage-weights", "image": "busybox:1.37"})
-    message = fatal(run(xr, QWEN.required))
+    message = fatal(response("weights-init-name-reserved"))
     assert "spec.engines[0].members[0].template.spec.containers[1].name" in message
 
 
 def test_a_wrong_scheme_in_the_second_engine_names_that_engine() -> None:
-    xr = with_weights(PD.xr, (1, 0), uri="ftp://x/y")
-    assert "spec.engines[1].members[0].template.metadata.annotations" in fatal(run(xr, PD.required))
+    message = fatal(response("weights-second-engine-bad-scheme"))
+    assert "spec.engines[1].members[0].template.metadata.annotations" in message
 
 
 # --- PullingWeights: pods exist, no copy available, weights staged by an init container --------
 
 
-def observed_workload(scenario: Any, name: str, kind: str, status: dict) -> list[dict]:
-    """The scenario's observed resources with the workload's observed status replaced."""
-    observed = [
-        o
-        for o in copy.deepcopy(scenario.observed)
-        if o["metadata"]["annotations"][xp.COMPOSITION_RESOURCE_NAME] != name
-    ]
-    observed.append(
-        {
-            "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
-            "kind": "Object",
-            "metadata": {"name": name, "annotations": {xp.COMPOSITION_RESOURCE_NAME: name}},
-            "status": {"atProvider": {"manifest": {"kind": kind, "status": status}}},
-        }
-    )
-    return observed
-
-
-@pytest.mark.parametrize(
-    ("weights_uri", "status", "reason", "says"),
-    [
-        pytest.param(
-            S3,
-            {"replicas": 1, "availableReplicas": 0},
-            conditions.PULLING_WEIGHTS,
-            "engine qwen3-8b stages its weights from s3://plnt-models/qwen3-8b/bf16 into "
-            "/models before it starts: its Deployment "
-            "qwen3-8b-eks-l4-0-qwen3-8b has pods, 0/1 copies available",
-            id="pods-none-available",
-        ),
-        pytest.param(
-            S3,
-            {"replicas": 0},
-            conditions.WAITING,
-            "waits for its Deployment qwen3-8b-eks-l4-0-qwen3-8b: 0/1 copies available",
-            id="no-pods-yet",
-        ),
-        pytest.param(
-            None,
-            {"replicas": 1, "availableReplicas": 0},
-            conditions.WAITING,
-            "waits for its Deployment qwen3-8b-eks-l4-0-qwen3-8b: 0/1 copies available",
-            id="no-init-container",
-        ),
-        pytest.param(
-            "https://u:pw@example.com/m.gguf?sig=s3cr3t",
-            {"replicas": 1},
-            conditions.PULLING_WEIGHTS,
-            "from https://example.com/m.gguf into /models",
-            id="presigned-url-redacted",
-        ),
-    ],
-)
-def test_workloads_ready_reason(
-    weights_uri: str | None, status: dict, reason: str, says: str
-) -> None:
-    xr = with_weights(READY.xr, uri=weights_uri) if weights_uri else READY.xr
-    observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", status)
-    rsp = run(xr, READY.required, observed)
+@pytest.mark.parametrize("name", READY_REASONS)
+def test_workloads_ready_reason(name: str) -> None:
+    _, _, reason, says = READY_REASONS[name]
+    rsp = response(name)
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert cond.status == fnv1.STATUS_CONDITION_FALSE
     assert cond.reason == reason
@@ -302,33 +446,12 @@ def test_workloads_ready_reason(
     assert rsp.desired.resources["workload-qwen3-8b"].ready == fnv1.READY_FALSE
 
 
-def pod_object(collection: str, init_state: dict | None) -> dict:
-    """An observe-only Object provider-kubernetes keeps for one pod of a collection."""
-    status = {"phase": "Pending"}
-    if init_state is not None:
-        status["initContainerStatuses"] = [{"name": staging.INIT_CONTAINER, "state": init_state}]
-    return {
-        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
-        "kind": "Object",
-        "metadata": {
-            "name": f"{collection}-abcdef0",
-            "namespace": READY.xr["metadata"].get("namespace", "default"),
-            "labels": {"kubernetes.crossplane.io/owned-by-collection": collection},
-        },
-        "status": {"atProvider": {"manifest": {"kind": "Pod", "status": status}}},
-    }
-
-
-STARTING = {"replicas": 1, "availableReplicas": 0}
-
-
 def manifest_of(rsp: fnv1.RunFunctionResponse, name: str) -> dict:
     return composed(rsp)[name]["spec"]["forProvider"]["manifest"]
 
 
 def test_a_starting_staged_engine_watches_its_pods() -> None:
-    observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", STARTING)
-    rsp = run(with_weights(READY.xr, uri=S3), READY.required, observed)
+    rsp = response("weights-starting")
     collection = composed(rsp)["pods-qwen3-8b"]
     assert collection["kind"] == "ObservedObjectCollection"
     assert collection["metadata"]["name"] == "qwen3-8b-eks-l4-0-qwen3-8b-pods"
@@ -345,54 +468,22 @@ def test_a_starting_staged_engine_watches_its_pods() -> None:
     assert rsp.desired.resources["pods-qwen3-8b"].ready == fnv1.READY_TRUE
 
 
-@pytest.mark.parametrize(
-    ("init_state", "reason", "says"),
-    [
-        pytest.param(
-            {"running": {"startedAt": "2026-12-02T00:00:00Z"}},
-            conditions.PULLING_WEIGHTS,
-            "stages its weights from s3://plnt-models/qwen3-8b/bf16",
-            id="init-running",
-        ),
-        pytest.param(
-            {"terminated": {"exitCode": 0, "reason": "Completed"}},
-            conditions.STARTING,
-            "engine qwen3-8b is loading its weights (staged into /models)",
-            id="init-done-engine-loading",
-        ),
-        pytest.param(
-            {"terminated": {"exitCode": 1, "reason": "Error"}},
-            conditions.PULLING_WEIGHTS,
-            "stages its weights",
-            id="init-failed-retries",
-        ),
-        pytest.param(None, conditions.PULLING_WEIGHTS, "stages its weights", id="no-status-yet"),
-    ],
-)
-def test_the_pods_tell_staging_from_loading(
-    init_state: dict | None, reason: str, says: str
-) -> None:
-    observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", STARTING)
-    required = [*READY.required, pod_object("qwen3-8b-eks-l4-0-qwen3-8b-pods", init_state)]
-    rsp = run(with_weights(READY.xr, uri=S3), required, observed)
+@pytest.mark.parametrize("name", POD_STATES)
+def test_the_pods_tell_staging_from_loading(name: str) -> None:
+    _, reason, says = POD_STATES[name]
+    rsp = response(name)
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_FALSE, reason)
     assert says in cond.message
 
 
 def test_pods_of_another_collection_do_not_count() -> None:
-    observed = observed_workload(READY, "workload-qwen3-8b", "Deployment", STARTING)
-    done = {"terminated": {"exitCode": 0}}
-    required = [*READY.required, pod_object("someone-elses-pods", done)]
-    rsp = run(with_weights(READY.xr, uri=S3), required, observed)
+    rsp = response("weights-pods-of-another-collection")
     assert condition(rsp, conditions.WORKLOADS_READY).reason == conditions.PULLING_WEIGHTS
 
 
 def test_once_a_copy_is_available_the_replica_is_ready_again() -> None:
-    observed = observed_workload(
-        READY, "workload-qwen3-8b", "Deployment", {"replicas": 1, "availableReplicas": 1}
-    )
-    rsp = run(with_weights(READY.xr, uri=S3), READY.required, observed)
+    rsp = response("weights-copy-available")
     cond = condition(rsp, conditions.WORKLOADS_READY)
     assert (cond.status, cond.reason) == (fnv1.STATUS_CONDITION_TRUE, conditions.AVAILABLE)
     assert "pods-qwen3-8b" not in rsp.desired.resources  # the pods are no longer watched
@@ -400,24 +491,13 @@ def test_once_a_copy_is_available_the_replica_is_ready_again() -> None:
 
 
 def test_a_gang_with_groups_but_none_ready_is_pulling_weights() -> None:
-    xr = with_weights(GANG.xr, (0, 0), uri=S3)
-    observed = observed_workload(
-        GANG, "workload-llama-405b", "LeaderWorkerSet", {"replicas": 1, "readyReplicas": 0}
-    )
-    cond = condition(run(xr, GANG.required, observed), conditions.WORKLOADS_READY)
+    cond = condition(response("weights-gang-none-ready"), conditions.WORKLOADS_READY)
     assert cond.reason == conditions.PULLING_WEIGHTS
     assert "its LeaderWorkerSet" in cond.message
 
 
 def test_with_a_model_cache_it_is_never_pulling_weights() -> None:
-    cache_ready = copy.deepcopy(CACHE.required)
-    cache = next(o for o in cache_ready if o["kind"] == "ModelCache")
-    cache["status"] = {
-        "pvcName": "qwen3-8b-weights",
-        "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
-    }
-    observed = observed_workload(CACHE, "workload-qwen3-8b", "Deployment", {"replicas": 2})
-    rsp = run(with_weights(CACHE.xr, uri=S3), cache_ready, observed)
+    rsp = response("weights-cache-ready")
     assert "workload-qwen3-8b" in composed(rsp)
     assert condition(rsp, conditions.WORKLOADS_READY).reason == conditions.WAITING
 
