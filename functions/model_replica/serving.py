@@ -235,7 +235,17 @@ def epp_config(replica: Replica) -> dict[str, Any]:
     """The mode's default config; top-level keys of serving.endpointPicker.config replace it."""
     picker = replica.spec.serving.endpoint_picker
     default = copy.deepcopy(mode(replica).epp_config)
-    return {**default, **((picker.config if picker else None) or {})}
+    return {**default, **_sorted((picker.config if picker else None) or {})}
+
+
+def _sorted(value: Any) -> Any:
+    """The user's part in key order: it arrives in a protobuf Struct, whose map order is not
+    stable across processes, and a flag text that changed would roll the picker out again."""
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
 
 
 def epp_config_text(replica: Replica) -> str:

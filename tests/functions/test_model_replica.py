@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -1055,3 +1058,25 @@ def test_staging_wait_tells_downloading_from_loading() -> None:
     assert pulling.endswith(
         "into /models/model before it starts: its Deployment r-llm has pods, 0/2 copies available"
     )
+
+
+def test_the_picker_config_text_is_the_same_in_every_process() -> None:
+    """The user's config arrives as a protobuf Struct, whose map order follows the process's
+    string hashing: the flag text must not, or each function restart would roll the picker out
+    again."""
+    script = (
+        "from tests.functions.test_model_replica import PD, manifests, pd_with_picker, "
+        "picker_config, run; print(picker_config(manifests(run(pd_with_picker(), PD.required))))"
+    )
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        for seed in range(4)
+    }
+    assert len(texts) == 1
