@@ -623,23 +623,12 @@ class Binder:
             )
             if record is None or record == previous:
                 continue
-            value = record.to_annotation()
-            try:
-                written = self.custom.patch_cluster_custom_object(
-                    GROUP, VERSION, "inferenceclusters", name,
-                    {"metadata": {"annotations": {cluster_health.ANNOTATION: value}}},
-                    field_manager=FIELD_MANAGER,
-                )  # fmt: skip
-                self.reads.wrote("inferenceclusters", api_map(written))
-            except ApiException as err:
-                log.warning("cluster %s: health not written: HTTP %s", name, err.status)
+            annotated = self._annotate_cluster(
+                obj, cluster_health.ANNOTATION, record.to_annotation(), "health"
+            )
+            if annotated is None:
                 continue
-            meta = dict(obj.get("metadata") or {})
-            meta["annotations"] = {
-                **(meta.get("annotations") or {}),
-                cluster_health.ANNOTATION: value,
-            }
-            out[name] = {**obj, "metadata": meta}
+            out[name] = annotated
             if previous is None and record.reachable:
                 continue  # first seen answering: nothing changed for anyone
             if record.reachable:
@@ -667,20 +656,12 @@ class Binder:
             record = pool_nodes.publish(previous, seen.get(name))
             if record is None or record == previous:
                 continue
-            value = record.to_annotation()
-            try:
-                written = self.custom.patch_cluster_custom_object(
-                    GROUP, VERSION, "inferenceclusters", name,
-                    {"metadata": {"annotations": {pool_nodes.ANNOTATION: value}}},
-                    field_manager=FIELD_MANAGER,
-                )  # fmt: skip
-                self.reads.wrote("inferenceclusters", api_map(written))
-            except ApiException as err:
-                log.warning("cluster %s: pool nodes not written: HTTP %s", name, err.status)
+            annotated = self._annotate_cluster(
+                obj, pool_nodes.ANNOTATION, record.to_annotation(), "pool nodes"
+            )
+            if annotated is None:
                 continue
-            meta = dict(obj.get("metadata") or {})
-            meta["annotations"] = {**(meta.get("annotations") or {}), pool_nodes.ANNOTATION: value}
-            out[name] = {**obj, "metadata": meta}
+            out[name] = annotated
             before, after = offer.cluster_of(obj).reduced, offer.cluster_of(out[name]).reduced
             if before == after:
                 continue
@@ -1104,6 +1085,26 @@ class Binder:
             del self._said[key]
         if rebuilt:
             self._event(kind, obj, "LedgerRebuilt", f"rebuilt {rebuilt}", False)
+
+    def _annotate_cluster(
+        self, obj: dict[str, Any], key: str, value: str, what: str
+    ) -> dict[str, Any] | None:
+        """Writes one annotation on an InferenceCluster; the object as written, or None (logged)
+        when the API server refused it."""
+        name = (obj.get("metadata") or {}).get("name", "")
+        try:
+            written = self.custom.patch_cluster_custom_object(
+                GROUP, VERSION, "inferenceclusters", name,
+                {"metadata": {"annotations": {key: value}}},
+                field_manager=FIELD_MANAGER,
+            )  # fmt: skip
+            self.reads.wrote("inferenceclusters", api_map(written))
+        except ApiException as err:
+            log.warning("cluster %s: %s not written: HTTP %s", name, what, err.status)
+            return None
+        meta = dict(obj.get("metadata") or {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), key: value}
+        return {**obj, "metadata": meta}
 
     def _event(self, kind: str, obj: Mapping[str, Any], reason: str, message: str,
                warning: bool) -> None:  # fmt: skip
