@@ -732,8 +732,10 @@ def test_uninstall_as_readme_says_leaves_nothing_of_plnt(fleet_up) -> None:
     live.wait_for(
         lambda: not plane.kubectl("get", "plnt", "-A", "-o", "name").strip(),
         300,
-        "every plnt XR gone (and what it composed)",
+        "every plnt XR gone",
     )
+    plane.kubectl("wait", "--for=delete", "managed", "--all", "-A", "--timeout=300s", timeout=330)
+    assert not plane.kubectl("get", "managed", "-A", "-o", "name").strip()
     plane.kubectl("delete", "configuration", packages.configuration_name())
     installed = [
         (dep["kind"].lower(), packages.installed_name(dep["package"]))
@@ -773,8 +775,16 @@ def test_uninstall_as_readme_says_leaves_nothing_of_plnt(fleet_up) -> None:
             if any(m in name for m in marks) and packages.IMAGE_CONFIG not in name
         ]
 
+    remaining: list[str] = []
+
+    def nothing_left() -> bool:
+        remaining[:] = plnt_left()
+        return not remaining
+
     try:
-        live.wait_for(lambda: not plnt_left(), 180, "nothing of plnt left")
+        live.wait_for(nothing_left, 180, "nothing of plnt left")
+    except TimeoutError as err:
+        raise AssertionError(f"{err}; still there: {remaining}") from None
     finally:
         remains = leftovers()
         (plane.dir / "logs" / "uninstall-remains.txt").write_text(
