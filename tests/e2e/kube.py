@@ -366,6 +366,23 @@ class APIServer:
             return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
         wait_for(established, seconds, f"CRD {crd} established on {self.name}")
+
+        # Established comes before discovery lists the kind: a lookup in between misses it.
+        obj = self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd) or {}
+        spec = obj.get("spec") or {}
+        plural = (spec.get("names") or {}).get("plural")
+        served = [v["name"] for v in spec.get("versions", []) if v.get("served")]
+
+        def discovered() -> bool:
+            for version in served:
+                r = self.http.get(f"/apis/{spec['group']}/{version}")
+                if r.status_code != 200:
+                    return False
+                if plural not in {res["name"] for res in r.json().get("resources", [])}:
+                    return False
+            return True
+
+        wait_for(discovered, seconds, f"CRD {crd} in discovery on {self.name}")
         self._plurals.clear()
 
 
