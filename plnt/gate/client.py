@@ -46,6 +46,14 @@ DEFAULT_CONNECT_RETRIES = 2
 DEFAULT_RETRY_BACKOFF_S = 0.2
 # A request the server dropped before a byte of response is retried this many times.
 NO_RESPONSE_RETRIES = 1
+# A gateway answers a route it has not programmed yet with 404 (no route) or 503 (no healthy
+# upstream) for a moment after its backend became ready: the gate waits up to this long for
+# another answer before the first prompt, so what it measures is the engine, not the rollout
+# of the route. A route still unrouted then is measured anyway and fails its prompts.
+DEFAULT_ROUTE_WAIT_S = 30.0
+ROUTE_POLL_S = 0.5
+ROUTE_POLL_TIMEOUT_S = 5.0
+NOT_ROUTED = frozenset({404, 503})
 
 _ERROR_BODY_CHARS = 200
 
@@ -64,6 +72,7 @@ class GateConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     connect_retries: int = DEFAULT_CONNECT_RETRIES
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S
+    route_wait_s: float = DEFAULT_ROUTE_WAIT_S
     api_key: str | None = field(default=None, repr=False)
     # Starts every prompt; a fresh random one per config unless the caller names the run.
     nonce: str = field(default_factory=lambda: secrets.token_hex(6))
@@ -80,8 +89,10 @@ class GateConfig:
         for name in ("ttft_budget_ms", "tpot_budget_ms", "timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be greater than 0")
-        if self.connect_retries < 0 or self.retry_backoff_s < 0:
-            raise ValueError("connect_retries and retry_backoff_s must not be negative")
+        if self.connect_retries < 0 or self.retry_backoff_s < 0 or self.route_wait_s < 0:
+            raise ValueError(
+                "connect_retries, retry_backoff_s and route_wait_s must not be negative"
+            )
 
 
 @dataclass(frozen=True)
@@ -222,6 +233,32 @@ async def measure_prompt(client: httpx.AsyncClient, config: GateConfig, index: i
     return PromptResult(
         index=index, outcome=outcome, error=_redact(reason, config.api_key), attempts=attempt
     )
+
+
+def models_url(base_url: str) -> str:
+    """`{base_url}/v1/models`, the OpenAI listing every compatible engine serves."""
+    return chat_completions_url(base_url).removesuffix("/chat/completions") + "/models"
+
+
+async def wait_routable(config: GateConfig) -> float:
+    """Seconds until `GET /v1/models` at the base URL is answered with anything but 404 or
+    503 (or not answered at all), polled every ROUTE_POLL_S, at most config.route_wait_s.
+    The waiting is never part of a prompt's figures."""
+    started = time.monotonic()
+    deadline = started + config.route_wait_s
+    timeout = httpx.Timeout(min(config.timeout_s, ROUTE_POLL_TIMEOUT_S))
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        while True:
+            try:
+                response = await client.get(models_url(config.base_url), headers=_headers(config))
+                if response.status_code not in NOT_ROUTED:
+                    break
+            except httpx.HTTPError:
+                break  # nothing answers at all: the prompts' own connect retries judge that
+            if time.monotonic() + ROUTE_POLL_S > deadline:
+                break
+            await asyncio.sleep(ROUTE_POLL_S)
+    return time.monotonic() - started
 
 
 async def measure(config: GateConfig) -> list[PromptResult]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from plnt.gate.client import GateConfig, measure
+from plnt.gate.client import GateConfig, measure, wait_routable
 from plnt.gate.verdict import Budgets, Verdict, decide
 
 
 async def run_gate_async(config: GateConfig) -> Verdict:
-    """Smoke-test config.base_url and return the verdict; never raises for server trouble."""
+    """Smoke-test config.base_url and return the verdict; never raises for server trouble.
+    The first prompt waits until the route answers (wait_routable)."""
+    await wait_routable(config)
     results = await measure(config)
     return decide(results, Budgets(ttft_ms=config.ttft_budget_ms, tpot_ms=config.tpot_budget_ms))
 

@@ -348,8 +348,88 @@ def test_chat_completions_url(base_url, url):
         ({"tpot_budget_ms": -1}, "tpot_budget_ms"),
         ({"timeout_s": 0}, "timeout_s"),
         ({"connect_retries": -1}, "not be negative"),
+        ({"route_wait_s": -1}, "not be negative"),
     ],
 )
 def test_config_refuses_out_of_range_values(changes, message):
     with pytest.raises(ValueError, match=message):
         GateConfig(**{"base_url": "http://h", "model": "m", **changes})
+
+
+class RouteNotProgrammed:
+    """A gateway in front of a fake engine that answers 503 "no healthy upstream" (or
+    ``status``) to every connection's request until ``routed_after`` requests have been
+    refused, then forwards each connection byte for byte."""
+
+    def __init__(
+        self, upstream: str, routed_after: int, status: bytes = b"503 Service Unavailable"
+    ):
+        self.upstream = upstream
+        self.refused: list[str] = []
+        self.routed_after = routed_after
+        self.status = status
+
+    async def serve(self, reader, writer):
+        if len(self.refused) < self.routed_after:  # refused with the connection closed
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.refused.append(head.split(b"\r\n", 1)[0].decode())
+            body = b"no healthy upstream"
+            writer.write(
+                b"HTTP/1.1 " + self.status + b"\r\nContent-Type: text/plain\r\n"
+                + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+            )  # fmt: skip
+            await writer.drain()
+            writer.close()
+            return
+        host, port = self.upstream.removeprefix("http://").split(":")
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+
+        async def pipe(src, dst):
+            while chunk := await src.read(65536):
+                dst.write(chunk)
+                await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+def _through_unprogrammed_route(
+    routed_after: int, status: bytes = b"503 Service Unavailable", **config
+):
+    async def go():
+        async with FakeServer(Behaviour(tokens=3)) as engine:
+            proxy = RouteNotProgrammed(engine.url, routed_after, status)
+            server = await asyncio.start_server(proxy.serve, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            async with server:
+                verdict = await run_gate_async(
+                    GateConfig(
+                        base_url=f"http://127.0.0.1:{port}",
+                        model="m",
+                        prompts=2,
+                        concurrency=1,
+                        **{**LOOSE, **config},
+                    )
+                )
+            return verdict, proxy, engine
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("status", [b"503 Service Unavailable", b"404 Not Found"])
+def test_the_first_prompt_waits_for_a_route_the_gateway_has_not_programmed(status):
+    verdict, proxy, engine = _through_unprogrammed_route(3, status)
+    assert verdict.passed, verdict.reason
+    # the refused requests were the route probes, never a prompt
+    assert proxy.refused == ["GET /v1/models HTTP/1.1"] * 3
+    assert len(engine.requests) == 2
+
+
+def test_a_route_never_programmed_fails_the_prompts_once_the_wait_ends():
+    verdict, proxy, engine = _through_unprogrammed_route(10_000, route_wait_s=1.0)
+    assert not verdict.passed
+    assert [p.outcome for p in verdict.prompts] == ["http-error"] * 2
+    assert "HTTP 503: no healthy upstream" in verdict.prompts[0].error
+    probes = [r for r in proxy.refused if r.startswith("GET /v1/models")]
+    assert 2 <= len(probes) <= 3  # every ROUTE_POLL_S for route_wait_s
+    assert engine.requests == []
