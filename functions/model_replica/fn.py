@@ -651,8 +651,13 @@ def compose(
     *,
     management_policies: list[str] | None = None,
 ) -> None:
-    """Composes ``manifest`` as an Object, ready only when the cluster shows it ready."""
+    """Composes ``manifest`` as an Object, ready only when the cluster shows it ready. A
+    workload's Object watches it (`spec.watch`): its status says when copies become available,
+    and provider-kubernetes, started with --enable-watches, reads it back on each change rather
+    than at its next poll. Other Objects are ready once applied and are only polled."""
     obj = kubernetes_object(replica, manifest)
+    if manifest.get("kind") in workloads.AVAILABLE_COPIES:
+        obj["spec"]["watch"] = True
     if management_policies:
         obj["spec"]["managementPolicies"] = management_policies
     xp.compose(rsp, name, obj, ready=object_ready(manifest, observed.get(name)))

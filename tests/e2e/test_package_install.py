@@ -433,7 +433,8 @@ def test_provider_kubernetes_runs_with_the_poll_package_install_sets(installed, 
     config_name = image_config["spec"]["runtime"]["configRef"]["name"]
     wanted = stack.install_docs("DeploymentRuntimeConfig")[config_name]
     (container,) = wanted["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]["containers"]
-    assert "--poll=1m" in container["args"], container  # what docs/sizing.md recommends
+    # what docs/sizing.md recommends: engines' Objects watch, every other Object polls each minute
+    assert {"--enable-watches", "--poll=1m"} <= set(container["args"]), container
 
     live_config = mgmt.get(
         "pkg.crossplane.io/v1beta1", "ImageConfig", image_config["metadata"]["name"]
