@@ -96,7 +96,7 @@ class Settings:
 FAST = Settings(POLL_INTERVAL, CIRCUIT_BREAKER, PROVIDER_POLL, 1.0)
 # The controllers' own: Crossplane's and provider-kubernetes' defaults and the binder's default
 # interval, as if nothing set them.
-DEFAULTS = Settings(None, (), None, 2.0)
+DEFAULTS = Settings(None, (), None, 2.0, provider_watches=False)
 
 INSTALL = REPO / "package" / "install"  # README: `kubectl apply -f package/install/`
 

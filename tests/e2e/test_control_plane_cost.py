@@ -63,8 +63,10 @@ def test_the_package_settings_are_what_package_install_sets(tmp_path, monkeypatc
     changes the profile."""
     assert cost.SETTINGS["package"] == stack.PACKAGE
     assert (stack.PACKAGE.crossplane_poll, stack.PACKAGE.circuit_breaker) == (None, ())
-    assert stack.PACKAGE.provider_poll == "1m"  # docs/sizing.md's recommendation
-    assert not stack.PACKAGE.provider_watches
+    # docs/sizing.md's recommendation: engines' Objects watch, every other Object polls each minute
+    assert stack.PACKAGE.provider_poll == "1m"
+    assert stack.PACKAGE.provider_watches
+    assert not stack.DEFAULTS.provider_watches  # provider-kubernetes' own default
     # settings.yaml sets no --bind-interval: the binder's own default
     assert stack.PACKAGE.bind_interval == 2.0
 
