@@ -128,14 +128,14 @@ def test_every_function_is_packaged_and_depended_on() -> None:
     assert runtime_config["metadata"]["name"] == "plnt-reconciler"  # settings.yaml's
     assert _runtime_container(runtime_config)["args"][:2] == ["reconcile", "--bind"]
 
-    # provider-kubernetes runs with the poll docs/sizing.md recommends, selected by the exact
-    # package crossplane.yaml depends on
+    # provider-kubernetes runs with the watches and poll docs/sizing.md recommends, selected by
+    # the exact package crossplane.yaml depends on
     (kubernetes,) = [d for d in providers if d["package"].endswith("/provider-kubernetes")]
     image_config, runtime_config = _runtime_for(kubernetes)
     assert image_config["spec"]["matchImages"] == [
         {"type": "Prefix", "prefix": kubernetes["package"]}
     ]
-    assert _runtime_container(runtime_config)["args"] == ["--poll=1m"]
+    assert _runtime_container(runtime_config)["args"] == ["--enable-watches", "--poll=1m"]
 
     # every runtime config of the folder is one an ImageConfig of it selects, and no other
     docs = _install_docs()
