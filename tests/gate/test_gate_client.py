@@ -286,6 +286,7 @@ def test_connect_error_is_retried_until_the_server_listens():
             prompts=1,
             connect_retries=5,
             retry_backoff_s=0.05,
+            route_wait_s=0,  # the prompt's own connect retries, not the wait for a route
             **LOOSE,
         )
         measuring = asyncio.ensure_future(run_gate_async(config))
