@@ -32,6 +32,7 @@ import dataclasses
 import os
 import pathlib
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -129,6 +130,19 @@ def install_runtime_args(package: str) -> list[str] | None:
     containers = template["spec"]["template"]["spec"]["containers"]
     (container,) = [c for c in containers if c["name"] == "package-runtime"]
     return container.get("args")
+
+
+PROVIDER_METRICS_PORT = 8080
+
+
+def _require_port_free(port: int, why: str) -> None:
+    """Fails at once, saying ``why``, when something in this network namespace listens on
+    ``port``, instead of leaving a controller that exits on start to a long wait."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))  # conflicts with a listener on any address
+        except OSError as err:
+            raise RuntimeError(f"port {port} is taken ({err}): {why}") from None
 
 
 def _flag_value(args: list[str], name: str) -> str | None:
@@ -561,6 +575,11 @@ class ControlPlane:
             "TLS_SERVER_CERTS_DIR": str(certs),
             "SSL_CERT_FILE": str(bundle),
         }
+        _require_port_free(
+            PROVIDER_METRICS_PORT,
+            "provider-kubernetes serves its metrics on this port (no flag moves it): another "
+            "control plane's provider-kubernetes runs in this network namespace",
+        )
         self.procs.start("provider-kubernetes", self.provider_argv, env=self.provider_env)
 
     def _install_plnt(self) -> None:
