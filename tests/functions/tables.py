@@ -78,6 +78,14 @@ class Table:
     def params(self) -> list[Any]:
         return [pytest.param(c, id=c.name) for c in self.cases]
 
+    def case(self, name: str) -> Case:
+        (found,) = [c for c in self.cases if c.name == name]
+        return found
+
+    def response_named(self, name: str) -> fnv1.RunFunctionResponse:
+        """The response of the case called ``name``."""
+        return self.response(self.case(name))
+
     def want_file(self, case: Case) -> pathlib.Path:
         return RESPONSES / self.kind / f"{case.name}.yaml"
 

@@ -313,11 +313,7 @@ TABLE = tables.Table(
         tables.Case("deleting", request(deleting(), canary_at(UNCALLED))),
     ),
 )
-CASES = {c.name: c for c in TABLE.cases}
-
-
-def response(name: str) -> fnv1.RunFunctionResponse:
-    return TABLE.response(CASES[name])
+response = TABLE.response_named
 
 
 @pytest.mark.parametrize("case", TABLE.params())
@@ -330,7 +326,7 @@ def test_response_is_whole_as_written(case: tables.Case) -> None:
 
 
 def test_without_canary_the_desired_state_passes_through_unchanged() -> None:
-    req = CASES["no-canary"].request
+    req = TABLE.case("no-canary").request
     rsp = response("no-canary")
     assert rsp.desired == req.desired
     assert rsp.context == req.context

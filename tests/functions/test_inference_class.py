@@ -100,11 +100,10 @@ TABLE = tables.Table(
         ),
     ),
 )
-CASES = {c.name: c for c in TABLE.cases}
 
 
 def run(case: str) -> fnv1.RunFunctionResponse:
-    return TABLE.response(CASES[case])
+    return TABLE.response_named(case)
 
 
 @pytest.mark.parametrize("case", TABLE.params())

@@ -371,11 +371,7 @@ TABLE = tables.Table(
         ),
     ),
 )
-CASES = {c.name: c for c in TABLE.cases}
-
-
-def response(name: str) -> fnv1.RunFunctionResponse:
-    return TABLE.response(CASES[name])
+response = TABLE.response_named
 
 
 @pytest.mark.parametrize("case", TABLE.params())

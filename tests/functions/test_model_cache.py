@@ -120,11 +120,7 @@ TABLE = tables.Table(
         cache_case("presigned-url", with_source(PRESIGNED)),
     ),
 )
-CASES = {c.name: c for c in TABLE.cases}
-
-
-def response(name: str) -> fnv1.RunFunctionResponse:
-    return TABLE.response(CASES[name])
+response = TABLE.response_named
 
 
 @pytest.mark.parametrize("case", TABLE.params())

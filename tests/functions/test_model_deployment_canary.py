@@ -146,11 +146,10 @@ TABLE = tables.Table(
         canary_example(),
     ),
 )
-CASES = {c.name: c for c in TABLE.cases}
 
 
 def response(name: str) -> fnv1.RunFunctionResponse:
-    return TABLE.response(CASES[f"canary-{name}"])
+    return TABLE.response_named(f"canary-{name}")
 
 
 def status_of(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:

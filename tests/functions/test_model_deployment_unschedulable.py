@@ -90,11 +90,10 @@ TABLE = tables.Table(
         reporting("none-pulling", workloads(False, "PullingWeights", "engine qwen3-8b stages")),
     ),
 )
-CASES = {c.name: c for c in TABLE.cases}
 
 
 def response(name: str) -> fnv1.RunFunctionResponse:
-    return TABLE.response(CASES[f"unschedulable-{name}"])
+    return TABLE.response_named(f"unschedulable-{name}")
 
 
 def warnings_of(rsp: fnv1.RunFunctionResponse) -> list[str]:

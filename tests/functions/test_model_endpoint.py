@@ -68,7 +68,6 @@ TABLE = tables.Table(
         *(tables.Case(name, request(with_spec(change))) for name, change, _ in BAD_SPECS),
     ),
 )
-CASES = {c.name: c for c in TABLE.cases}
 
 
 @pytest.mark.parametrize("case", TABLE.params())
@@ -88,7 +87,7 @@ def conditions(rsp: fnv1.RunFunctionResponse) -> dict[str, fnv1.Condition]:
     ("name", "xr"), [("hand-made-external", EXTERNAL), ("composed-by-deployment", COMPOSED)]
 )
 def test_valid_endpoints_publish_their_url_and_are_not_probed(name: str, xr: dict) -> None:
-    rsp = TABLE.response(CASES[name])
+    rsp = TABLE.response_named(name)
     assert not rsp.results
     assert not rsp.desired.resources, "a ModelEndpoint composes nothing"
     assert status(rsp)["url"] == xr["spec"]["url"]
@@ -99,7 +98,7 @@ def test_valid_endpoints_publish_their_url_and_are_not_probed(name: str, xr: dic
 
 
 def test_the_secret_is_referenced_never_copied() -> None:
-    rsp = TABLE.response(CASES["hand-made-external"])
+    rsp = TABLE.response_named("hand-made-external")
     text = yaml.safe_dump([status(rsp), [c.message for c in rsp.conditions]])
     assert "hosted-inference-api-key" not in text
     assert "token" not in text
@@ -107,6 +106,6 @@ def test_the_secret_is_referenced_never_copied() -> None:
 
 @pytest.mark.parametrize(("name", "path"), [(name, path) for name, _, path in BAD_SPECS])
 def test_bad_specs_fail_naming_the_field(name: str, path: str) -> None:
-    (result,) = TABLE.response(CASES[name]).results
+    (result,) = TABLE.response_named(name).results
     assert result.severity == fnv1.SEVERITY_FATAL
     assert result.message.startswith(f"invalid input: {path}")

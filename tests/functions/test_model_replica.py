@@ -456,11 +456,7 @@ TABLE = tables.Table(
         as_is_case("ledger-commits-another-spec", _more_gpus(QWEN.xr), QWEN.required),
     ),
 )
-CASES = {c.name: c for c in TABLE.cases}
-
-
-def response(name: str) -> fnv1.RunFunctionResponse:
-    return TABLE.response(CASES[name])
+response = TABLE.response_named
 
 
 @pytest.mark.parametrize("case", TABLE.params())

@@ -274,11 +274,7 @@ TABLE = tables.Table(
         ),
     ),
 )
-CASES = {c.name: c for c in TABLE.cases}
-
-
-def response(name: str) -> fnv1.RunFunctionResponse:
-    return TABLE.response(CASES[name])
+response = TABLE.response_named
 
 
 def outcome(name: str) -> Out:
