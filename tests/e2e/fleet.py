@@ -186,3 +186,50 @@ def rendered_gpus(plane: ControlPlane, namespace: str) -> dict[str, int]:
             for request in member.get("deviceRequests") or []
         )
     return out
+
+
+# plnt's namespaced kinds a team creates, every one an XR whose tree ends in provider-kubernetes
+# Objects (CoreWeaveCluster is a platform kind and absent from the teams' namespaces here)
+TEAM_KINDS = "workflowruns,modeldeployments,modelservices,modelcaches,modelendpoints,modelreplicas"
+OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
+
+
+def delete_namespace(plane: ControlPlane, *namespaces: str, gone: float = 0) -> None:
+    """Deletes tests' namespaces as docs/workflow-run.md says a user must: plnt's XRs first,
+    then, once their provider-kubernetes Objects are gone, the namespaces. Deleting a namespace
+    while Objects remain can leave it Terminating for good: the namespace controller removes the
+    provider's ProviderConfigUsages, which the provider cannot create again in a terminating
+    namespace, so it never drops the Objects' finalizers (crossplane/crossplane-runtime#1150).
+    With `gone`, also waits that many seconds for the namespaces themselves to go."""
+    for namespace in namespaces:
+        plane.kubectl(
+            "delete", TEAM_KINDS, "--all", "-n", namespace, "--wait=false", "--ignore-not-found"
+        )
+    left: list[str] = []
+
+    def none_left() -> bool:
+        left[:] = [
+            f"{namespace}/{o['metadata']['name']} ({live.condition(o, 'Synced').get('message')})"
+            for namespace in namespaces
+            for o in plane.mgmt.list(*OBJECT, namespace=namespace)
+        ] + [
+            f"{namespace}/{r['metadata']['name']} (ModelReplica)"
+            for namespace in namespaces
+            for r in plane.mgmt.list(API, "ModelReplica", namespace=namespace)
+        ]
+        return not left
+
+    try:
+        live.wait_for(
+            none_left, 300, f"the replicas and Objects in {', '.join(namespaces)} deleted"
+        )
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}; left: {left[:5]} ({len(left)} in all)") from None
+    for namespace in namespaces:
+        plane.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
+    if gone:
+        live.wait_for(
+            lambda: not [n for n in namespaces if plane.mgmt.get("v1", "Namespace", n)],
+            gone,
+            f"namespaces {', '.join(namespaces)} gone",
+        )

@@ -96,15 +96,9 @@ def _short_deployments_say_so(plane, namespace: str) -> None:
 
 
 def _clean(plane, namespace: str) -> None:
-    """Deletes the deployments and waits until their replicas are gone (each round has its own
-    namespace, so the next need not wait for this one to finish terminating)."""
-    plane.kubectl("delete", "modeldeployment", "--all", "-n", namespace, "--wait=false")
-    live.wait_for(
-        lambda: not plane.mgmt.list(*MR, namespace=namespace),
-        300,
-        f"the replicas in {namespace} deleted",
-    )
-    plane.kubectl("delete", "namespace", namespace, "--wait=false")
+    """Deletes the deployments and their namespace (each round has its own namespace, so the
+    next need not wait for this one to finish terminating)."""
+    fleet.delete_namespace(plane, namespace)
 
 
 @pytest.mark.parametrize("faults", [False, True], ids=["plain", "killed-mid-way"])

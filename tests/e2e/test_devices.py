@@ -81,10 +81,4 @@ def test_a_gpu_limit_is_refused_before_anything_reaches_the_workload_cluster(pla
         assert plane.mgmt.list(API, "ModelReplica", namespace=NS, labels={
             "modelplane.ai/deployment": "greedy"}) == []  # fmt: skip
     finally:
-        plane.kubectl("delete", "modeldeployment", "--all", "-n", NS, "--wait=false")
-        live.wait_for(
-            lambda: not plane.mgmt.list(API, "ModelReplica", namespace=NS),
-            300,
-            "the replicas deleted",
-        )
-        plane.kubectl("delete", "namespace", NS, "--wait=false")
+        fleet.delete_namespace(plane, NS)

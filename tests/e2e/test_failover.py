@@ -128,9 +128,7 @@ def two_clusters(plane: ControlPlane) -> Iterator[None]:
         plane.pause_workload(OTHER, False)
         plane.simulator.engines.policy = policy
         try:
-            plane.kubectl("delete", "namespace", NS, "--wait=false", check=False)
-            _wait(plane, lambda: not plane.mgmt.list(*MR, namespace=NS), 300, "replicas deleted")
-            _wait(plane, lambda: plane.mgmt.get("v1", "Namespace", NS) is None, 120, f"{NS} gone")
+            fleet.delete_namespace(plane, NS, gone=120)
         finally:
             plane.kubectl("delete", "inferencecluster", OTHER, "--wait=false", check=False)
             fleet.wait_in_view(plane, OTHER, ready=False)

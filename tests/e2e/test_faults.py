@@ -79,7 +79,4 @@ def test_killed_function_and_crossplane_lose_nothing(plane) -> None:
     assert live.is_true(
         plane.mgmt.get("modelplane.ai/v1alpha1", "InferenceCluster", fleet.CLUSTER), "Ready"
     )
-    plane.kubectl("delete", "namespace", NS, "--wait=false")
-    live.wait_for(
-        lambda: not plane.mgmt.list(*MR, namespace=NS), 180, "the fault test's replicas deleted"
-    )
+    fleet.delete_namespace(plane, NS)

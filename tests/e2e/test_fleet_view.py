@@ -110,13 +110,7 @@ def bulk(plane):
 
     live.wait_for(delete_bulk, 420, "the bulk clusters to be deleted")
     live.wait_for(lambda: _index(plane).get("clusters") == before, 180, "the view to shrink")
-    live.wait_for(
-        lambda: not plane.mgmt.list("kubernetes.m.crossplane.io/v1alpha1", "Object", namespace=NS),
-        180,
-        f"the Objects in {NS} to go",
-    )
-    plane.kubectl("delete", "namespace", NS, "--wait=false")
-    live.wait_for(lambda: plane.mgmt.get("v1", "Namespace", NS) is None, 120, f"{NS} to go")
+    fleet.delete_namespace(plane, NS, gone=120)
 
 
 def _calls(plane, name: str) -> list[dict]:

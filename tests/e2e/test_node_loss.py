@@ -120,8 +120,7 @@ def two_clusters(plane: ControlPlane) -> Iterator[None]:
         yield
     finally:
         # the fleet as the files that follow expect it: lab-h100 alone
-        plane.kubectl("delete", "namespace", NS, "--wait=false", check=False)
-        live.wait_for(lambda: not plane.mgmt.list(*MR, namespace=NS), 300, "replicas deleted")
+        fleet.delete_namespace(plane, NS)
         plane.kubectl("delete", "inferencecluster", OTHER, "--wait=false", check=False)
         fleet.wait_in_view(plane, OTHER, ready=False)
 

@@ -292,10 +292,7 @@ def serving(plane: ControlPlane) -> Iterator[dict[str, int]]:
         wait_serving(plane, expected, 420)
         yield expected
     finally:
-        plane.kubectl("delete", "namespace", NS, "--wait=false", check=False)
-        live.wait_for(
-            lambda: not plane.mgmt.list(*MR, namespace=NS), 240, "the module's replicas deleted"
-        )
+        fleet.delete_namespace(plane, NS)
         plane.simulator.engines.policy = engine_policy
 
 

@@ -113,22 +113,14 @@ def test_a_forged_binding_renders_nothing_on_the_workload_cluster(plane) -> None
         workload = plane.workload(fleet.CLUSTER)
         assert workload.list("apps/v1", "Deployment", namespace=ns) == []
     finally:
-        plane.kubectl("delete", "modelreplica", "forged", "-n", ns, "--wait=false")
+        fleet.delete_namespace(plane, ns)
         plane.kubectl("delete", "inferencequota", ns, "--wait=false")
-        plane.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def _clean(plane, namespaces: tuple[str, ...]) -> None:
-    for ns in namespaces:
-        plane.kubectl("delete", "modeldeployment", "--all", "-n", ns, "--wait=false")
-    live.wait_for(
-        lambda: not any(plane.mgmt.list(API, "ModelReplica", namespace=ns) for ns in namespaces),
-        300,
-        "the replicas deleted",
-    )
+    fleet.delete_namespace(plane, *namespaces)
     for ns in namespaces:
         plane.kubectl("delete", "inferencequota", ns, "--wait=false", "--ignore-not-found")
-        plane.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def test_two_namespaces_with_quotas_share_one_pool(plane) -> None:
