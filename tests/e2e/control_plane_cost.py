@@ -14,7 +14,9 @@ one-GPU replicas, and system nodes for their endpoint pickers. Then:
 2. N one-GPU ModelDeployments of one replica each (examples/deploy-qwen3-8b, which stages no
    weights) in one apply, timed to every ModelReplica Bound and every ModelDeployment Ready;
    the simulated engine start (tests/e2e/workload.py) is part of that time and printed beside it;
-3. the fleet at rest again for ``--rest`` seconds, after a short settle.
+3. the fleet at rest again for ``--rest`` seconds, once the starting engines' pod Objects are
+   gone (each replica observes its engine's pods only until every copy is available) and after
+   a short settle.
 
 It prints, per phase, CPU seconds per minute of every process it started (each API server and
 etcd, Crossplane, provider-kubernetes, every plnt function, the binder, and the workload
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import json
 import math
@@ -46,6 +49,7 @@ from typing import Any
 import httpx
 import yaml
 
+from functions.model_replica import pods
 from tests.e2e import fleet, live, workload
 from tests.e2e.stack import DEFAULTS, FAST, PACKAGE, REPO, ControlPlane, Settings
 
@@ -56,6 +60,7 @@ SHARED_BY_NAMESPACE = "Objects shared by the namespace (in all)"
 GPUS_PER_NODE = 8
 PICKERS_PER_SYSTEM_NODE = 100  # kwok nodes take 110 pods; each replica's picker is one
 SETTLE_SECONDS = 15
+STARTING_OBJECTS_SECONDS = 120  # a bound on removing the pod Objects of engines now serving
 TICKS = os.sysconf("SC_CLK_TCK")
 COMPOSED_KINDS = ("ModelReplica", "ModelEndpoint", "ModelService")
 # --settings: package/install's (stack.PACKAGE), the programs' own defaults, the suite's polls
@@ -274,6 +279,23 @@ def _wait_all(
     return time.monotonic() - started
 
 
+def _wait_starting_objects_gone(plane: ControlPlane) -> None:
+    """Waits (bounded) for the pod Objects of the engines' collections to go: a replica drops
+    its collection once every copy is available, and the garbage collector and
+    provider-kubernetes remove its Objects some seconds later on a loaded machine. Any still
+    there after the bound are counted, and show in the managed resources per replica."""
+
+    def gone() -> bool:
+        return not [
+            o
+            for o in plane.mgmt.list(*OBJECT, namespace=NAMESPACE)
+            if pods.MEMBERSHIP_LABEL in (o["metadata"].get("labels") or {})
+        ]
+
+    with contextlib.suppress(TimeoutError):
+        live.wait_for(gone, STARTING_OBJECTS_SECONDS, "the engines' pod Objects gone", 1.0)
+
+
 def managed_per_replica(plane: ControlPlane, replicas: int) -> dict[str, float]:
     """Composed resources per replica in the benchmark's namespace: provider-kubernetes Objects
     by the kind they hold, and plnt's composed kinds."""
@@ -339,6 +361,7 @@ def measure(
         ready = bound + _wait_all(plane, "ModelDeployment", "Ready", replicas, ready_within)
         phases.append(meter.stop(f"{replicas} replicas converging"))
 
+        _wait_starting_objects_gone(plane)
         time.sleep(SETTLE_SECONDS)
         meter.start()
         time.sleep(rest_seconds)
