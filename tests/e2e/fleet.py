@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import base64
 import copy
+import subprocess
 from typing import Any
 
 import yaml
 
 from plnt.capacity import fleet_view
-from tests.e2e import live, lws, simulator
+from tests.e2e import kube, live, lws, simulator
 from tests.e2e.stack import REPO, ControlPlane
 
 API = "modelplane.ai/v1alpha1"
@@ -192,39 +193,44 @@ def rendered_gpus(plane: ControlPlane, namespace: str) -> dict[str, int]:
 # Objects (CoreWeaveCluster is a platform kind and absent from the teams' namespaces here)
 TEAM_KINDS = "workflowruns,modeldeployments,modelservices,modelcaches,modelendpoints,modelreplicas"
 OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
+OBJECT_WAIT_SECONDS = 300
 
 
 def delete_namespace(plane: ControlPlane, *namespaces: str, gone: float = 0) -> None:
-    """Deletes tests' namespaces as docs/workflow-run.md says a user must: plnt's XRs first,
-    then, once their provider-kubernetes Objects are gone, the namespaces. Deleting a namespace
-    while Objects remain can leave it Terminating for good: the namespace controller removes the
-    provider's ProviderConfigUsages, which the provider cannot create again in a terminating
-    namespace, so it never drops the Objects' finalizers (crossplane/crossplane-runtime#1150).
-    With `gone`, also waits that many seconds for the namespaces themselves to go."""
+    """Deletes tests' namespaces with the commands docs/workflow-run.md gives users: plnt's XRs
+    first, then, once their provider-kubernetes Objects are gone (`kubectl wait`), the
+    namespaces. Deleting a namespace while Objects remain can leave it Terminating for good: the
+    namespace controller removes the provider's ProviderConfigUsages, which the provider cannot
+    create again in a terminating namespace, so it never drops the Objects' finalizers
+    (crossplane/crossplane-runtime#1150). With `gone`, also waits that many seconds for the
+    namespaces themselves to go."""
     for namespace in namespaces:
         plane.kubectl(
             "delete", TEAM_KINDS, "--all", "-n", namespace, "--wait=false", "--ignore-not-found"
         )
-    left: list[str] = []
-
-    def none_left() -> bool:
-        left[:] = [
-            f"{namespace}/{o['metadata']['name']} ({live.condition(o, 'Synced').get('message')})"
-            for namespace in namespaces
-            for o in plane.mgmt.list(*OBJECT, namespace=namespace)
-        ] + [
-            f"{namespace}/{r['metadata']['name']} (ModelReplica)"
-            for namespace in namespaces
-            for r in plane.mgmt.list(API, "ModelReplica", namespace=namespace)
-        ]
-        return not left
-
-    try:
-        live.wait_for(
-            none_left, 300, f"the replicas and Objects in {', '.join(namespaces)} deleted"
-        )
-    except TimeoutError as e:
-        raise TimeoutError(f"{e}; left: {left[:5]} ({len(left)} in all)") from None
+    for namespace in namespaces:
+        waited = subprocess.run(
+            [
+                str(kube.KUBECTL), "--kubeconfig", str(plane.kubeconfig),
+                "wait", "--for=delete", "objects.kubernetes.m.crossplane.io", "--all",
+                "-n", namespace, f"--timeout={OBJECT_WAIT_SECONDS}s",
+            ],
+            capture_output=True, text=True, timeout=OBJECT_WAIT_SECONDS + 60, check=False,
+        )  # fmt: skip
+        if waited.returncode != 0:
+            left = [
+                f"{o['metadata']['name']} ({live.condition(o, 'Synced').get('message')})"
+                for o in plane.mgmt.list(*OBJECT, namespace=namespace)
+            ]
+            raise TimeoutError(
+                f"kubectl wait for the Objects in {namespace} to go: {waited.stderr.strip()}; "
+                f"left: {left[:5]} ({len(left)} in all)"
+            )
+    live.wait_for(
+        lambda: not any(plane.mgmt.list(API, "ModelReplica", namespace=n) for n in namespaces),
+        120,
+        f"the ModelReplicas in {', '.join(namespaces)} deleted",
+    )
     for namespace in namespaces:
         plane.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
     if gone:
