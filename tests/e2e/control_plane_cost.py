@@ -54,7 +54,7 @@ from tests.e2e import fleet, live, workload
 from tests.e2e.stack import DEFAULTS, FAST, PACKAGE, REPO, ControlPlane, Settings
 
 API = "modelplane.ai/v1alpha1"
-OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
+OBJECT = fleet.OBJECT
 NAMESPACE = "bench"
 SHARED_BY_NAMESPACE = "Objects shared by the namespace (in all)"
 GPUS_PER_NODE = 8

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import base64
 import copy
-import subprocess
 from typing import Any
 
 import yaml
 
 from plnt.capacity import fleet_view
-from tests.e2e import kube, live, lws, simulator
+from tests.e2e import live, lws, simulator
 from tests.e2e.stack import REPO, ControlPlane
 
 API = "modelplane.ai/v1alpha1"
@@ -20,6 +19,7 @@ CLUSTER = "lab-h100"
 CLASS = "nvidia-h100-8x"
 NODES = 4  # four 8-GPU nodes
 SECRET_NAMESPACE = "plnt-system"
+OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
 
 
 def h100_class() -> dict[str, Any]:
@@ -164,7 +164,7 @@ def wait_in_view(plane: ControlPlane, name: str, *, ready: bool = True) -> None:
 def rendered_gpus(plane: ControlPlane, namespace: str) -> dict[str, int]:
     """GPUs of every ModelReplica whose engine workload has been composed, by replica name:
     read from the replica's spec and the Objects on the management cluster, not the ledger."""
-    objects = plane.mgmt.list("kubernetes.m.crossplane.io/v1alpha1", "Object", namespace=namespace)
+    objects = plane.mgmt.list(*OBJECT, namespace=namespace)
     # an Object's controller is the XR that composed it (Crossplane's crossplane.io/composite
     # label names the top of the tree instead)
     workloads = {
@@ -192,7 +192,6 @@ def rendered_gpus(plane: ControlPlane, namespace: str) -> dict[str, int]:
 # plnt's namespaced kinds a team creates, every one an XR whose tree ends in provider-kubernetes
 # Objects (CoreWeaveCluster is a platform kind and absent from the teams' namespaces here)
 TEAM_KINDS = "workflowruns,modeldeployments,modelservices,modelcaches,modelendpoints,modelreplicas"
-OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
 OBJECT_WAIT_SECONDS = 300
 
 
@@ -209,23 +208,18 @@ def delete_namespace(plane: ControlPlane, *namespaces: str, gone: float = 0) -> 
             "delete", TEAM_KINDS, "--all", "-n", namespace, "--wait=false", "--ignore-not-found"
         )
     for namespace in namespaces:
-        waited = subprocess.run(
-            [
-                str(kube.KUBECTL), "--kubeconfig", str(plane.kubeconfig),
+        try:
+            plane.kubectl(
                 "wait", "--for=delete", "objects.kubernetes.m.crossplane.io", "--all",
                 "-n", namespace, f"--timeout={OBJECT_WAIT_SECONDS}s",
-            ],
-            capture_output=True, text=True, timeout=OBJECT_WAIT_SECONDS + 60, check=False,
-        )  # fmt: skip
-        if waited.returncode != 0:
+                timeout=OBJECT_WAIT_SECONDS + 60,
+            )  # fmt: skip
+        except RuntimeError as e:
             left = [
                 f"{o['metadata']['name']} ({live.condition(o, 'Synced').get('message')})"
                 for o in plane.mgmt.list(*OBJECT, namespace=namespace)
             ]
-            raise TimeoutError(
-                f"kubectl wait for the Objects in {namespace} to go: {waited.stderr.strip()}; "
-                f"left: {left[:5]} ({len(left)} in all)"
-            )
+            raise TimeoutError(f"{e}; left: {left[:5]} ({len(left)} in all)") from None
     live.wait_for(
         lambda: not any(plane.mgmt.list(API, "ModelReplica", namespace=n) for n in namespaces),
         120,
