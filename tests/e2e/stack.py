@@ -792,29 +792,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workdir = pathlib.Path(args.dir or tempfile.mkdtemp(prefix="plnt-dev-"))
     plane = ControlPlane(workdir, functions_from_images=tuple(args.from_image))
-    if not args.no_fleet:
-        from tests.e2e import fleet  # it imports this module
-
-        fleet.ensure(plane)
-    pid = os.getpid()
-    print(
-        f"plnt control plane up in {plane.boot_seconds:.0f} s (logs: {workdir / 'logs'}).\n"
-        "It lives in a private network namespace; run kubectl inside it:\n\n"
-        f"  nsenter --net=/proc/{pid}/task/{pid}/ns/net {kube.KUBECTL} "
-        f"--kubeconfig {plane.kubeconfig} get plnt\n\n"
-        "The fleet (InferenceCluster lab-h100) is Ready; try the seed's WorkflowRun with\n"
-        "  ... apply -f examples/workflowrun-llama-70b/xr.yaml\n",
-        flush=True,
-    )
     stop = False
 
     def _stop(*_: object) -> None:
         nonlocal stop
         stop = True
 
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
     try:
+        if not args.no_fleet:
+            from tests.e2e import fleet  # it imports this module
+
+            fleet.ensure(plane)
+        # Ctrl-C is handled from before the banner: whoever reads it may press it at once.
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+        pid = os.getpid()
+        print(
+            f"plnt control plane up in {plane.boot_seconds:.0f} s (logs: {workdir / 'logs'}).\n"
+            "It lives in a private network namespace; run kubectl inside it:\n\n"
+            f"  nsenter --net=/proc/{pid}/task/{pid}/ns/net {kube.KUBECTL} "
+            f"--kubeconfig {plane.kubeconfig} get plnt\n\n"
+            "The fleet (InferenceCluster lab-h100) is Ready; try the seed's WorkflowRun with\n"
+            "  ... apply -f examples/workflowrun-llama-70b/xr.yaml\n",
+            flush=True,
+        )
         while not stop:
             time.sleep(0.5)
     finally:
