@@ -69,6 +69,11 @@ MODES = {
 
 
 DEFAULT_TTL_S = 60.0  # the SDK's: what the function asks for when nothing is due sooner
+# ... once every wanted replica of a stable revision is Ready and bound, no canary is in flight
+# and no grace period runs: what changes a serving deployment calls it anyway (its composed
+# replicas and endpoints, the binder's commits and health nudges on them, a spec or scale
+# edit), so the reconcile that only re-applies an unchanged desired state comes rarely
+REST_TTL_S = 300.0
 clock = time.time  # the failover grace periods' clock (tests set their own)
 
 
@@ -405,7 +410,7 @@ def write_status(
     rsp: fnv1.RunFunctionResponse, inputs: Inputs, decided: Decisions, out: Composed
 ) -> None:
     """Status, conditions, warnings and events (`report`), and when to be called again: when
-    the next failover grace period ends, not a poll later."""
+    the next failover grace period ends, not a poll later; after REST_TTL_S at rest."""
     schedules = decided.schedules
     said = report(inputs.spec, decided.plan, schedules, out, inputs.observed_status)
     health = _failover_condition(
@@ -428,8 +433,21 @@ def write_status(
     due = failover.next_due(decided.degraded, decided.now)
     if due is not None:
         rsp.meta.ttl.FromMilliseconds(int(min(due + 0.5, DEFAULT_TTL_S) * 1000))
+    elif at_rest(said, health, decided.plan):
+        rsp.meta.ttl.FromMilliseconds(int(REST_TTL_S * 1000))
     if not said.ready:
         xp.set_composite_ready(rsp, False)
+
+
+def at_rest(said: Report, health: xp.Condition, plan: revisions.Plan) -> bool:
+    """Ready with every condition True, nothing to warn of and no canary under test."""
+    return (
+        said.ready
+        and health.status is True
+        and all(c.status is True for c in said.conditions)
+        and not said.warnings
+        and plan.canary is None
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -415,6 +415,20 @@ def test_pinned_replica_stays_on_degraded_cluster_without_endpoint() -> None:
     assert out.xr["status"]["replicas"] == {"total": 3, "ready": 1}
 
 
+@pytest.mark.parametrize(
+    ("name", "ttl"),
+    [
+        ("binder-committed", fn.REST_TTL_S),  # every replica bound and Ready: at rest
+        ("qwen3-applied", fn.DEFAULT_TTL_S),  # Ready, but the binder has not committed them
+        ("binder-refused", fn.DEFAULT_TTL_S),
+        ("pulling-one-pulling", fn.DEFAULT_TTL_S),  # a replica still pulling its weights
+        ("deploy-pinned", fn.DEFAULT_TTL_S),  # a replica on a degraded cluster
+    ],
+)
+def test_a_deployment_at_rest_is_called_again_rarely(name: str, ttl: float) -> None:
+    assert response(name).meta.ttl.ToMilliseconds() == ttl * 1000
+
+
 def test_names_and_pins_are_stable_across_reconciles() -> None:
     first = render.render(scenario("deploy-qwen3-8b"))
     xr = scenario("deploy-qwen3-8b").xr
