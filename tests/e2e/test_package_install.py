@@ -729,6 +729,12 @@ def test_uninstall_as_readme_says_leaves_nothing_of_plnt(fleet_up) -> None:
     package, CRD of a plnt or provider kind, Deployment, ServiceAccount or role of the install."""
     plane = fleet_up
     mgmt = plane.mgmt
+    # the teams' kinds first, each gone only once what it composed is (foreground): their
+    # Objects need the clusters' provider configs, which the InferenceClusters compose
+    plane.kubectl(
+        "delete", fleet.TEAM_KINDS, "--all", "-A", "--cascade=foreground", "--timeout=600s",
+        timeout=630,
+    )  # fmt: skip
     plane.kubectl("delete", "plnt", "--all", "-A", "--wait=false")
     live.wait_for(
         lambda: not plane.kubectl("get", "plnt", "-A", "-o", "name").strip(),
