@@ -237,6 +237,13 @@ def test_what_the_real_scheduler_cannot_place_reaches_the_user(plane, alloc_clus
         (replica,) = plane.mgmt.list(
             *MR, namespace="alloc-a", labels={"modelplane.ai/deployment": "whole"}
         )
+        # the replica's own condition, as its reconciles see the pod: a reconcile between two
+        # looks at the pod's Object can say Waiting for a moment (seen on a fresh-clone run)
+        replica = live.wait_object(
+            plane.mgmt, *MR, replica["metadata"]["name"], "alloc-a",
+            until=lambda o: live.condition(o, "WorkloadsReady").get("reason") == "Unschedulable",
+            seconds=60,
+        )  # fmt: skip
         workloads = live.condition(replica, "WorkloadsReady")
         assert workloads.get("reason") == "Unschedulable", workloads
         message = workloads.get("message", "")
