@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from functions.model_replica import pods
 from plnt.gate.fake_server import Behaviour
 from tests.e2e import engines, fleet, live
 from tests.e2e.stack import REPO
@@ -32,6 +33,8 @@ MD = ("modelplane.ai/v1alpha1", "ModelDeployment")
 MR = ("modelplane.ai/v1alpha1", "ModelReplica")
 ME = ("modelplane.ai/v1alpha1", "ModelEndpoint")
 MS = ("modelplane.ai/v1alpha1", "ModelService")
+OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
+COLLECTION = ("kubernetes.m.crossplane.io/v1alpha1", "ObservedObjectCollection")
 SEED_PHASES = ["Validating", "PullingWeights", "Deploying", "SmokeTesting", "Promoting", "Ready"]
 DELETE_BOUND_S = 10.0  # docs/workflow-run.md, "Delete"
 PROMPT_S = 8.0  # a prompt to PROMPT_S_ENGINE: 16 tokens 500 ms apart; 4 at a time, 10 in 3 rounds
@@ -150,6 +153,38 @@ def test_first_rollout_was_smoke_tested_once(plane, created) -> None:
     # every one answered by llama-server, streaming real tokens
     assert plane.simulator.engines.answered_by[engines.LLAMA_SERVER] >= measured
     assert gate["tpotMs"]["p95"] > 0 and gate["ttftMs"]["p95"] > 0, gate
+
+
+def test_a_ready_replica_keeps_track_of_what_it_composed(plane, created) -> None:
+    """A ModelReplica's spec.crossplane is its own reconciler's: the ModelDeployment that
+    composes the replica never applies it (from an older observation it would overwrite the
+    references to what the replica composed since, and Crossplane would never delete those).
+    Once every copy is available the replica's pod collection goes, Objects and all."""
+    (replica,) = _replicas(plane)
+    name = replica["metadata"]["name"]
+    for entry in replica["metadata"].get("managedFields") or []:
+        owned = ((entry.get("fieldsV1") or {}).get("f:spec") or {}).get("f:crossplane")
+        if entry["manager"].startswith("apiextensions.crossplane.io/composed/"):
+            assert owned is None, (name, entry["manager"], owned)
+    refs = replica["spec"]["crossplane"]["resourceRefs"]
+    assert {r["kind"] for r in refs} >= {"Object"}, refs
+
+    def collections() -> list[str]:
+        return sorted(
+            o["metadata"]["name"]
+            for o in plane.mgmt.list(*COLLECTION, namespace=NS)
+            if o["metadata"]["name"].startswith(f"{name}-")
+        )
+
+    def pod_objects() -> list[str]:
+        return sorted(
+            o["metadata"]["name"]
+            for o in plane.mgmt.list(*OBJECT, namespace=NS)
+            if pods.MEMBERSHIP_LABEL in (o["metadata"].get("labels") or {})
+        )
+
+    live.wait_for(lambda: not collections(), 60, f"{name}'s pod collection gone")
+    live.wait_for(lambda: not pod_objects(), 60, "the collection's pod Objects gone")
 
 
 def test_a_pod_of_the_control_plane_streams_an_answer_from_the_endpoint(plane, created) -> None:

@@ -429,6 +429,29 @@ def test_a_deployment_at_rest_is_called_again_rarely(name: str, ttl: float) -> N
     assert response(name).meta.ttl.ToMilliseconds() == ttl * 1000
 
 
+def test_a_kept_replica_leaves_crossplanes_own_spec_to_its_reconciler() -> None:
+    """spec.crossplane of a ModelReplica is written by the replica's own reconciler (its
+    references to what it composed). Applied back from an older observation, it would replace
+    newer references, and a resource composed since would never be deleted: seen live, a pod
+    collection outlived the replica's start."""
+    first = render.render(scenario("deploy-qwen3-8b"))
+    observed = as_observed(first.composed)
+    refs = [{"apiVersion": "kubernetes.m.crossplane.io/v1alpha1", "kind": "Object", "name": "o"}]
+    for obj in observed:
+        if obj["kind"] == "ModelReplica":
+            obj["spec"]["crossplane"] = {
+                "compositionRef": {"name": "modelreplicas.modelplane.ai"},
+                "compositionRevisionRef": {"name": "modelreplicas.modelplane.ai-d2aac11"},
+                "resourceRefs": refs,
+            }
+    second = run(scenario("deploy-qwen3-8b").xr, observed)
+    kept = of_kind(second, "ModelReplica")
+    assert kept.keys() == of_kind(first, "ModelReplica").keys()
+    for name, obj in kept.items():
+        assert "crossplane" not in obj["spec"], name
+        assert obj["spec"] == of_kind(first, "ModelReplica")[name]["spec"]
+
+
 def test_names_and_pins_are_stable_across_reconciles() -> None:
     first = render.render(scenario("deploy-qwen3-8b"))
     xr = scenario("deploy-qwen3-8b").xr
