@@ -61,7 +61,6 @@ GPUS_PER_NODE = 8
 PICKERS_PER_SYSTEM_NODE = 100  # kwok nodes take 110 pods; each replica's picker is one
 SETTLE_SECONDS = 15
 STARTING_OBJECTS_SECONDS = 120  # a bound on removing the pod Objects of engines now serving
-NUDGE_AFTER_SECONDS = 45  # ... after which a replica that still has them is reconciled again
 TICKS = os.sysconf("SC_CLK_TCK")
 COMPOSED_KINDS = ("ModelReplica", "ModelEndpoint", "ModelService")
 # --settings: package/install's (stack.PACKAGE), the programs' own defaults, the suite's polls
@@ -283,41 +282,19 @@ def _wait_all(
 def _wait_starting_objects_gone(plane: ControlPlane) -> None:
     """Waits (bounded) for the pod Objects of the engines' collections to go: a replica drops
     its collection once every copy is available, and the garbage collector and
-    provider-kubernetes remove its Objects some seconds later on a loaded machine. A replica
-    whose collection is still there after NUDGE_AFTER_SECONDS is reconciled once more (an
-    annotation): a fresh-clone run saw one replica go uncalled for 147 s after the reconcile
-    that still composed it, past its 10 s TTL, and the at-rest phase measures what serves, not
-    that. Any Objects still there after the bound are counted, and show in the managed
-    resources per replica."""
+    provider-kubernetes remove its Objects some seconds later on a loaded machine. Any still
+    there after the bound are counted, and show in the managed resources per replica (a
+    collection Crossplane lost track of stays for the replica's life)."""
 
-    def starting() -> set[str]:
-        return {
-            str(o["metadata"]["labels"][pods.MEMBERSHIP_LABEL])
+    def starting() -> bool:
+        return any(
+            pods.MEMBERSHIP_LABEL in (o["metadata"].get("labels") or {})
             for o in plane.mgmt.list(*OBJECT, namespace=NAMESPACE)
-            if pods.MEMBERSHIP_LABEL in (o["metadata"].get("labels") or {})
-        }
+        )
 
-    with contextlib.suppress(TimeoutError):
-        live.wait_for(lambda: not starting(), NUDGE_AFTER_SECONDS, "the pod Objects gone", 1.0)
-        return
-    collections_left = starting()
-    replicas = [
-        r["metadata"]["name"]
-        for r in plane.mgmt.list(API, "ModelReplica", namespace=NAMESPACE)
-        if any(c.startswith(r["metadata"]["name"] + "-") for c in collections_left)
-    ]
-    print(f"pod Objects of {sorted(collections_left)} still there: reconciling {replicas}")
-    for name in replicas:
-        plane.kubectl(
-            "annotate", "modelreplica", name, "-n", NAMESPACE,
-            f"bench.plnt.work/nudge={time.monotonic():.0f}", "--overwrite",
-        )  # fmt: skip
     with contextlib.suppress(TimeoutError):
         live.wait_for(
-            lambda: not starting(),
-            STARTING_OBJECTS_SECONDS - NUDGE_AFTER_SECONDS,
-            "the engines' pod Objects gone",
-            1.0,
+            lambda: not starting(), STARTING_OBJECTS_SECONDS, "the engines' pod Objects gone", 1.0
         )
 
 
