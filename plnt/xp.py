@@ -8,6 +8,7 @@ Fatal result, so no exception ever escapes ``RunFunction``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -18,6 +19,9 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
+# What Crossplane writes into a composite's spec (its composition and the references to what it
+# composed): the composite's own reconciler's, never part of what composes it
+CROSSPLANE_SPEC = "crossplane"
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
 
@@ -152,6 +156,17 @@ def is_ready(obj: Mapping[str, Any] | None) -> bool:
     Anything malformed on the way (a string status, string conditions) reads as not ready."""
     cond = condition_of(obj, "Ready")
     return bool(cond and cond.get("status") == "True")
+
+
+def kept_spec(observed: Mapping[str, Any]) -> dict[str, Any]:
+    """An observed composed resource's spec, to desire it unchanged. A composed XR's
+    spec.crossplane is left out: applied back from this (older) observation, it would replace
+    the references its reconciler wrote since, and a resource those name would be forgotten,
+    never deleted."""
+    spec = observed.get("spec")
+    if not isinstance(spec, Mapping):
+        return {}
+    return {k: copy.deepcopy(v) for k, v in spec.items() if k != CROSSPLANE_SPEC}
 
 
 # --- writing the response ----------------------------------------------------------------

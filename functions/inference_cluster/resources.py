@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from plnt import labels
+from plnt import labels, xp
 from plnt.models.inference_class import InferenceClassSpec
 from plnt.models.inference_cluster import CoreWeaveSource, InferenceClusterSpec
 
@@ -142,11 +142,9 @@ def desired_from_observed(obj: dict[str, Any]) -> dict[str, Any]:
     """An observed composed resource as desired: identity and spec, nothing Crossplane adds."""
     meta = obj.get("metadata") or {}
     out_meta = {k: meta[k] for k in ("name", "namespace", "labels") if meta.get(k)}
-    spec = dict(obj.get("spec") or {})
-    spec.pop("crossplane", None)  # a composed XR's Crossplane-owned fields
     return {
         "apiVersion": obj["apiVersion"],
         "kind": obj["kind"],
         "metadata": out_meta,
-        "spec": spec,
+        "spec": xp.kept_spec(obj),
     }

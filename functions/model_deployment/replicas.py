@@ -6,7 +6,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from plnt import capacity, contracts, labels, names
+from plnt import capacity, contracts, labels, names, xp
 from plnt.capacity import binding
 from plnt.capacity.scheduling import Placement
 
@@ -119,19 +119,11 @@ def pinned_replica(observed: Mapping[str, Any]) -> dict[str, Any]:
     kept = {k: annotations[k] for k in (binding.DEMAND, REPLACES) if k in annotations}
     if kept:
         out_meta["annotations"] = kept
-    # spec.crossplane is the replica's own reconciler's (its composition and the references to
-    # what it composed): applied back from an older observation, it would overwrite newer
-    # references, and a resource the replica composed since would be forgotten and never deleted
-    spec = {
-        k: copy.deepcopy(v)
-        for k, v in (observed.get("spec") or {}).items()
-        if k != binding.CROSSPLANE_SPEC
-    }
     return {
         "apiVersion": contracts.MODELPLANE_API_VERSION,
         "kind": MODEL_REPLICA,
         "metadata": out_meta,
-        "spec": spec,
+        "spec": xp.kept_spec(observed),
     }
 
 

@@ -203,7 +203,8 @@ def _status(
 
 def carried(observed: dict[str, Any]) -> dict[str, Any]:
     """An observed composed resource as a desired one, unchanged: its kind, name, labels,
-    annotations and spec (not its status, nor what the API server and Crossplane own)."""
+    annotations and spec (not its status, nor what the API server and Crossplane own, such as
+    a composed XR's spec.crossplane)."""
     meta = observed.get("metadata") or {}
     out_meta = {k: meta[k] for k in ("name", "labels", "annotations") if meta.get(k)}
     annotations = dict(out_meta.get("annotations") or {})
@@ -222,7 +223,7 @@ def carried(observed: dict[str, Any]) -> dict[str, Any]:
         "metadata": out_meta,
     }
     if "spec" in observed:
-        out["spec"] = observed["spec"]
+        out["spec"] = xp.kept_spec(observed)
     return out
 
 

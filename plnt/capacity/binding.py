@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from plnt import capacity
+from plnt import capacity, xp
 from plnt.capacity import quotas
 from plnt.capacity.ledger import Entry, Ledger
 
@@ -148,11 +148,6 @@ def demand_of(obj: Mapping[str, Any]) -> dict[str, tuple[capacity.Pods, ...]]:
     return capacity.whole_nodes(nodes)
 
 
-# What Crossplane itself writes into a composite's spec (composition and resource references):
-# it changes as the replica is rendered and never changes what runs.
-CROSSPLANE_SPEC = "crossplane"
-
-
 def digest(obj: Mapping[str, Any]) -> str:
     """The digest of what the replica runs: its whole spec as the ModelReplica function reads it
     (cluster, every engine and member with its pool, device requests and pod template, serving,
@@ -162,7 +157,7 @@ def digest(obj: Mapping[str, Any]) -> str:
     cannot read is digested as written (it renders nothing anyway)."""
     from plnt.models.model_replica import ModelReplicaSpec  # plnt.models stands on plnt.xp
 
-    spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != CROSSPLANE_SPEC}
+    spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != xp.CROSSPLANE_SPEC}
     try:
         read: Any = ModelReplicaSpec.model_validate(spec).dump()
     except ValidationError:

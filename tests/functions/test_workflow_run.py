@@ -545,7 +545,12 @@ def test_carried_keeps_what_the_function_owns_and_nothing_the_server_does() -> N
             "labels": {"crossplane.io/composite": "m", "plnt.work/workflowrun": "m"},
             "annotations": {xp.COMPOSITION_RESOURCE_NAME: "model-service", "a": "b"},
         },
-        "spec": {"endpoints": []},
+        "spec": {
+            "endpoints": [],
+            # the ModelService's own reconciler's: applied back from this observation, it would
+            # replace references written since, and what they name would never be deleted
+            "crossplane": {"resourceRefs": [{"kind": "HTTPRoute", "name": "r"}]},
+        },
         "status": {"url": "http://x"},
     }
     assert fn.carried(observed) == {
