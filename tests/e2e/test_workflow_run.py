@@ -91,6 +91,17 @@ def _real_engine(namespace: str, replica: str) -> engines.Engine:
     return engines.LLAMA_SERVER if namespace == NS else engines.FAST
 
 
+def _composed_owners_of_crossplane_spec(obj: dict) -> dict[str, object]:
+    """What each composing field manager (a composite applying what it composes) owns under
+    obj's spec.crossplane: nothing, when every composite leaves that to obj's own reconciler."""
+    out = {}
+    for entry in obj["metadata"].get("managedFields") or []:
+        owned = ((entry.get("fieldsV1") or {}).get("f:spec") or {}).get("f:crossplane")
+        if entry["manager"].startswith("apiextensions.crossplane.io/composed/") and owned:
+            out[entry["manager"]] = owned
+    return out
+
+
 @pytest.fixture(scope="module")
 def created(plane):
     """The seed WorkflowRun applied with kubectl, watched from the first write to Ready."""
@@ -162,10 +173,7 @@ def test_a_ready_replica_keeps_track_of_what_it_composed(plane, created) -> None
     Once every copy is available the replica's pod collection goes, Objects and all."""
     (replica,) = _replicas(plane)
     name = replica["metadata"]["name"]
-    for entry in replica["metadata"].get("managedFields") or []:
-        owned = ((entry.get("fieldsV1") or {}).get("f:spec") or {}).get("f:crossplane")
-        if entry["manager"].startswith("apiextensions.crossplane.io/composed/"):
-            assert owned is None, (name, entry["manager"], owned)
+    assert _composed_owners_of_crossplane_spec(replica) == {}, name
     refs = replica["spec"]["crossplane"]["resourceRefs"]
     assert {r["kind"] for r in refs} >= {"Object"}, refs
 
@@ -366,6 +374,49 @@ def test_slow_canary_rolls_back_and_the_stable_revision_keeps_all_traffic(plane,
         "only the stable revision's replicas left",
     )
     assert wr["status"].get("endpoint"), "the stable revision still serves at the endpoint"
+
+
+def test_an_invalid_update_fails_the_run_and_the_model_keeps_serving(plane, created) -> None:
+    """An update to a gpuClass the fleet does not offer: phase Failed naming the field, while the
+    ModelDeployment and ModelService are kept exactly as they were (their own references
+    included: the run never writes them back), and the stable revision keeps all traffic.
+    Undoing the update makes the run valid again."""
+    wr = plane.mgmt.get(*WR, NAME, NS)
+    gpu_class = wr["spec"]["resources"]["gpuClass"]
+    stable = plane.mgmt.get(*MD, NAME, NS)["status"]["revisions"]["stable"]
+    replicas = {r["metadata"]["name"] for r in _replicas(plane)}
+
+    def patch(value: str) -> None:
+        plane.kubectl(
+            "patch", "workflowrun", NAME, "-n", NS, "--type=merge",
+            "-p", json.dumps({"spec": {"resources": {"gpuClass": value}}}),
+        )  # fmt: skip
+
+    def valid(status: str):
+        def check(o: dict) -> bool:
+            cond = live.condition(o, "Valid")
+            seen = (o.get("status") or {}).get("observedGeneration")
+            return cond.get("status") == status and seen == o["metadata"]["generation"]
+
+        return check
+
+    patch("amd.com/mi300x")
+    try:
+        failed = live.wait_object(plane.mgmt, *WR, NAME, NS, until=valid("False"), seconds=120)
+        assert _phase(failed) == "Failed", failed["status"]
+        message = live.condition(failed, "Valid")["message"]
+        assert message.startswith("spec.resources.gpuClass: "), message
+        assert failed["status"].get("endpoint"), "the endpoint stays while the model serves"
+        md = plane.mgmt.get(*MD, NAME, NS)
+        assert md["status"]["revisions"] == {"stable": stable}
+        assert {r["metadata"]["name"] for r in _replicas(plane)} == replicas
+        assert _composed_owners_of_crossplane_spec(md) == {}
+        assert _composed_owners_of_crossplane_spec(plane.mgmt.get(*MS, NAME, NS)) == {}
+        assert [w["percent"] for w in plane.mgmt.get(*MS, NAME, NS)["status"]["weights"]] == [100]
+    finally:
+        patch(gpu_class)
+    live.wait_object(plane.mgmt, *WR, NAME, NS, until=valid("True"), seconds=120)
+    assert {r["metadata"]["name"] for r in _replicas(plane)} == replicas
 
 
 def test_delete_cancels_the_smoke_test_and_leaves_nothing_behind(plane, created) -> None:
