@@ -286,16 +286,14 @@ def _wait_starting_objects_gone(plane: ControlPlane) -> None:
     there after the bound are counted, and show in the managed resources per replica (a
     collection Crossplane lost track of stays for the replica's life)."""
 
-    def starting() -> bool:
-        return any(
+    def gone() -> bool:
+        return not any(
             pods.MEMBERSHIP_LABEL in (o["metadata"].get("labels") or {})
             for o in plane.mgmt.list(*OBJECT, namespace=NAMESPACE)
         )
 
     with contextlib.suppress(TimeoutError):
-        live.wait_for(
-            lambda: not starting(), STARTING_OBJECTS_SECONDS, "the engines' pod Objects gone", 1.0
-        )
+        live.wait_for(gone, STARTING_OBJECTS_SECONDS, "the engines' pod Objects gone", 1.0)
 
 
 def managed_per_replica(plane: ControlPlane, replicas: int) -> dict[str, float]:

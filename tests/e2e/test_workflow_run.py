@@ -177,22 +177,20 @@ def test_a_ready_replica_keeps_track_of_what_it_composed(plane, created) -> None
     refs = replica["spec"]["crossplane"]["resourceRefs"]
     assert {r["kind"] for r in refs} >= {"Object"}, refs
 
-    def collections() -> list[str]:
-        return sorted(
-            o["metadata"]["name"]
+    def collection_gone() -> bool:
+        return not any(
+            o["metadata"]["name"].startswith(f"{name}-")
             for o in plane.mgmt.list(*COLLECTION, namespace=NS)
-            if o["metadata"]["name"].startswith(f"{name}-")
         )
 
-    def pod_objects() -> list[str]:
-        return sorted(
-            o["metadata"]["name"]
+    def pod_objects_gone() -> bool:
+        return not any(
+            pods.MEMBERSHIP_LABEL in (o["metadata"].get("labels") or {})
             for o in plane.mgmt.list(*OBJECT, namespace=NS)
-            if pods.MEMBERSHIP_LABEL in (o["metadata"].get("labels") or {})
         )
 
-    live.wait_for(lambda: not collections(), 60, f"{name}'s pod collection gone")
-    live.wait_for(lambda: not pod_objects(), 60, "the collection's pod Objects gone")
+    live.wait_for(collection_gone, 60, f"{name}'s pod collection gone")
+    live.wait_for(pod_objects_gone, 60, "the collection's pod Objects gone")
 
 
 def test_a_pod_of_the_control_plane_streams_an_answer_from_the_endpoint(plane, created) -> None:
